@@ -1,0 +1,5 @@
+"""Errors that reach the user as one line that says what to do."""
+
+
+class MaxcodeError(Exception):
+    """A usage error or a broken reference: printed as one line, exit status 2."""

@@ -1,0 +1,108 @@
+"""Every option, defined once, for both front ends (the pytest plugin and ``maxcode``).
+
+pytest-benchmark's way: one table, two renderings. ``pytest`` spells an option
+``--maxcode-NAME``; the ``maxcode`` command spells it ``--NAME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+def parse_size(text: str) -> int:
+    """'512M', '4G', '1.5GiB', '1000000' -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (try 512M or 4G)")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return v
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return v
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the attribute name, e.g. "min_speedup"
+    help: str
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    action: str | None = None
+    metavar: str | None = None
+    scopes: frozenset[str] = field(default_factory=lambda: frozenset({"check"}))
+
+    def flag(self, prefix: str = "") -> str:
+        return f"--{prefix}{self.name.replace('_', '-')}"
+
+    def kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"help": self.help, "dest": self.name, "default": self.default}
+        if self.action:
+            kw["action"] = self.action
+        else:
+            if self.type is not None:
+                kw["type"] = self.type
+            if self.choices:
+                kw["choices"] = self.choices
+            if self.metavar:
+                kw["metavar"] = self.metavar
+        return kw
+
+
+PYTEST = frozenset({"pytest"})
+BOTH = frozenset({"check", "pytest"})
+
+OPTIONS: tuple[Option, ...] = (
+    Option("device", "where candidates run: cpu or cuda (default: cuda for .cu candidates when a GPU is present, else cpu)", choices=("cpu", "cuda"), scopes=BOTH),
+    Option("atol", "absolute tolerance (default by dtype: fp32 1e-4, fp16/bf16 1e-2, integers exact)", type=non_negative_float, metavar="F"),
+    Option("rtol", "relative tolerance (default by dtype, as --atol)", type=non_negative_float, metavar="F"),
+    Option("min_speedup", "a candidate is 'faster' only when the low end of its 95%% interval clears this (default 1.05)", type=positive_float, default=1.05, metavar="F", scopes=BOTH),
+    Option("timeout", "seconds one candidate may take to be checked and timed, builds excluded (default 60)", type=positive_float, default=60.0, metavar="S"),
+    Option("build_timeout", "seconds one build may take (default 300)", type=positive_float, default=300.0, metavar="S"),
+    Option("max_memory", "memory a candidate may allocate beyond the harness's own, e.g. 512M or 4G (default 4G)", type=parse_size, default=4 << 30, metavar="SIZE"),
+    Option("seed", "seed of the first random input set; others follow it (default 0)", type=int, default=0, metavar="N"),
+    Option("seeds", "number of random input sets (default 3, at least 2)", type=int, default=3, metavar="N"),
+    Option("time_budget", "seconds of interleaved timing per candidate and workload (default 0.5)", type=positive_float, default=0.5, metavar="S"),
+    Option("timer", "wall time, or callgrind instruction counts for native C++ candidates (deterministic on noisy machines)", choices=("time", "instructions"), default="time"),
+    Option("cxxflags", "g++ flags replacing the defaults (-O3 -march=native -fopenmp -std=c++17), one string", metavar="FLAGS"),
+    Option("nvccflags", "nvcc flags replacing the defaults (-O3 -std=c++17), one string; -arch is added", metavar="FLAGS"),
+    Option("jobs", "parallel builds (default: one per core)", type=int, metavar="N"),
+    Option("json", "print one JSON array on stdout, one object per candidate", action="store_true", default=False),
+)
+
+
+def for_scope(scope: str) -> list[Option]:
+    return [o for o in OPTIONS if scope in o.scopes]
+
+
+def add_to_argparse(parser: argparse.ArgumentParser, scope: str) -> None:
+    for opt in for_scope(scope):
+        parser.add_argument(opt.flag(), **opt.kwargs())
+
+
+def add_to_pytest(group: Any) -> None:
+    group.addoption("--maxcode", action="store_true", default=False, help="optimize the targets marked with @maxcode.optimize")
+    for opt in for_scope("pytest"):
+        kw = opt.kwargs()
+        kw["dest"] = f"maxcode_{opt.name}"
+        group.addoption(opt.flag("maxcode-"), **kw)

@@ -1,0 +1,410 @@
+"""The oracle's batch path: build candidates in parallel, then verify and time each one.
+
+One ``Oracle`` holds a warm fork server for one reference; ``check`` takes any number
+of candidates (the search's batch path) and returns one verdict per candidate, in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import MaxcodeError
+from . import build as build_mod
+from .compare import compare, weak_reasons
+from .pool import ChildGone, JobTimeout, WorkerSetupError, Zygote
+from .reference import ReferenceSpec
+from .verdict import Verdict
+
+NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
+GiB = 1 << 30
+
+
+@dataclass
+class CheckConfig:
+    device: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    min_speedup: float = 1.05
+    timeout: float = 60.0
+    build_timeout: float = 300.0
+    max_memory: int | None = 4 * GiB
+    seed: int = 0
+    n_seeds: int = 3
+    time_budget: float = 0.5
+    min_rounds: int = 15
+    max_rounds: int = 20000
+    timer: str = "time"
+    cxxflags: list[str] | None = None
+    nvccflags: list[str] | None = None
+    jobs: int | None = None
+
+    def key(self) -> str:
+        """What changes a verdict: evaluations under another key are not reused."""
+        parts = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "seed", "n_seeds", "timer", "cxxflags", "nvccflags")}
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class CandidateSpec:
+    path: Path
+    format: str  # "native" | "compat"
+    lang: str  # "cpp" | "cuda" | "py"
+    text: str
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> "CandidateSpec":
+        p = Path(path)
+        if not p.is_file():
+            raise MaxcodeError(f"candidate {p}: no such file")
+        suffix = p.suffix.lower()
+        if suffix in NATIVE_EXTS:
+            return cls(p, "native", NATIVE_EXTS[suffix], p.read_text(errors="replace"))
+        if suffix == ".py":
+            return cls(p, "compat", "py", p.read_text(errors="replace"))
+        raise MaxcodeError(f"candidate {p}: expected a .cpp, .cu (native) or .py (compat ModelNew) file")
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(f"{self.format}\0{self.lang}\0{self.text}".encode()).hexdigest()
+
+
+@dataclass
+class Workload:
+    name: str
+    sets: list[list[Any]]
+    expected: list[list[Any]]
+    weak: list[str] = field(default_factory=list)
+
+    @property
+    def out_meta(self) -> list[tuple[list[int], str]]:
+        return [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in self.expected[0]]
+
+    def bytes_per_call(self) -> int:
+        import torch
+
+        ins = sum(v.numel() * v.element_size() for v in self.sets[0] if isinstance(v, torch.Tensor))
+        return ins + sum(t.numel() * t.element_size() for t in self.expected[0])
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class Oracle:
+    """Verifies and times candidates against one reference, with a warm worker."""
+
+    def __init__(
+        self,
+        reference: ReferenceSpec,
+        config: CheckConfig,
+        root: Path,
+        *,
+        store: Any = None,
+        run_id: int | None = None,
+        progress: Callable[[str], None] | None = None,
+        candidates_hint: Sequence[CandidateSpec] = (),
+    ) -> None:
+        self.reference = reference
+        self.config = config
+        self.root = root
+        self.cache_dir = root / ".maxcode" / "build"
+        self.store = store
+        self.run_id = run_id
+        self.progress = progress or (lambda _msg: None)
+        self.device = config.device or self._default_device(candidates_hint)
+        self.zygote: Zygote | None = None
+        self.workloads: list[Workload] = []
+        self._bandwidth: float | None = None
+
+    @staticmethod
+    def _default_device(candidates: Sequence[CandidateSpec]) -> str:
+        import torch
+
+        if any(c.lang == "cuda" for c in candidates) and torch.cuda.is_available():
+            return "cuda"
+        return "cpu"
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> "Oracle":
+        self.prepare()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
+
+    def _limits(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "device": self.device,
+            "model_seed": c.seed,
+            "max_memory": c.max_memory,
+            "cpu_seconds": int((c.timeout + c.build_timeout) * (os.cpu_count() or 1)) + 10,
+            "max_file_bytes": 2 * GiB,
+        }
+
+    def prepare(self) -> None:
+        """Start the worker, generate the seeded input sets and the expected outputs."""
+        import torch
+
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise MaxcodeError("--device cuda: no CUDA device is available on this machine; use --device cpu")
+        self.progress(f"loading reference {self.reference.path.name}:{self.reference.name}")
+        self.zygote = Zygote(self.reference.to_worker(), cwd=self.root)
+        try:
+            self.zygote.start()
+        except WorkerSetupError as e:
+            raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
+        seeds = [self.config.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
+        job = dict(self._limits(), kind="reference", workloads=[{"name": "default", "seeds": seeds}])
+        child = self.zygote.spawn(job, timeout=self.config.timeout + self.config.build_timeout, max_message=1 << 40)
+        result: tuple | None = None
+        try:
+            for msg in child.messages():
+                result = msg
+                break
+        except JobTimeout:
+            child.kill()
+            raise MaxcodeError(f"reference {self.reference.path.name}: did not finish within {self.config.timeout:.0f} s") from None
+        except ChildGone:
+            pass
+        finally:
+            child.finish()
+        if result is None or result[0] != "reference":
+            why = result[2] if result and result[0] == "error" else f"the worker exited ({child.exit_code})"
+            raise MaxcodeError(f"reference {self.reference.path.name}: failed: {why}")
+        for w in result[1]:
+            wl = Workload(w["name"], w["sets"], w["expected"])
+            wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
+            self.workloads.append(wl)
+        runs = self.root / ".maxcode" / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        inputs_path = runs / f"inputs-{os.getpid()}-{id(self)}.pt"
+        torch.save([{"name": w.name, "sets": w.sets, "out_meta": w.out_meta} for w in self.workloads], inputs_path)
+        try:
+            self.zygote.load_inputs(str(inputs_path))
+        finally:
+            inputs_path.unlink(missing_ok=True)
+
+    # -- checking ---------------------------------------------------------------------
+
+    def check(self, candidates: Sequence[CandidateSpec]) -> list[Verdict]:
+        natives = [c for c in candidates if c.format == "native"]
+        builds: dict[int, build_mod.BuildResult] = {}
+        if natives:
+            self.progress(f"building {len(natives)} native candidate(s)")
+            results = build_mod.build_all(
+                [build_mod.Source(c.path, c.lang, c.text) for c in natives],
+                self.cache_dir,
+                cxxflags=self.config.cxxflags,
+                nvccflags=self.config.nvccflags,
+                timeout=self.config.build_timeout,
+                jobs=self.config.jobs,
+            )
+            builds = {id(c): r for c, r in zip(natives, results)}
+        verdicts = []
+        for i, cand in enumerate(candidates, 1):
+            self.progress(f"[{i}/{len(candidates)}] checking {cand.path.name}")
+            v = self._evaluate(cand, builds.get(id(cand)))
+            self._record(cand, v)
+            verdicts.append(v)
+        return verdicts
+
+    def _record(self, cand: CandidateSpec, v: Verdict) -> None:
+        if self.store is None:
+            return
+        ref = self.reference
+        self.store.upsert_target(ref.target_id, ref.kind, str(ref.path), ref.source_hash())
+        self.store.add_candidate(cand.hash, cand.format, cand.lang, cand.text, origin=str(cand.path))
+        self.store.record_evaluation(
+            run_id=self.run_id,
+            target_id=ref.target_id,
+            config_key=self.config.key(),
+            device=self.device,
+            verdict=v.to_json(),
+        )
+
+    def _evaluate(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> Verdict:
+        v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang)
+        weak = [r for w in self.workloads for r in w.weak]
+        if weak:
+            v.weak_check = True
+        if built is not None:
+            v.compile_s = round(built.compile_s, 4)
+            v.diagnostics["build"] = {"cached": built.cached, "command": " ".join(built.command)}
+            if not built.ok:
+                v.status = "compile_error"
+                v.reasons = built.errors or ["the build failed"]
+                return v
+        if cand.lang == "cuda" and self.device != "cuda":
+            v.reasons = ["compiled, but a CUDA candidate cannot run without a CUDA device; check it with --device cuda on a GPU machine"]
+            return v
+        if cand.lang == "cpp" and self.device == "cuda":
+            v.reasons = ["a .cpp candidate runs on the CPU; check it with --device cpu"]
+            return v
+        self._run(cand, built, v)
+        if weak:
+            v.reasons += [f"weak check: {r}" for r in weak]
+        return v
+
+    def _job(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> dict[str, Any]:
+        c = self.config
+        compat_dir = self.cache_dir / "compat" / cand.hash[:16]
+        if cand.format == "compat":
+            compat_dir.mkdir(parents=True, exist_ok=True)
+        return dict(
+            self._limits(),
+            kind="candidate",
+            format=cand.format,
+            path=str(built.library) if built is not None else str(cand.path.resolve()),
+            build_dir=str(compat_dir),
+            time_budget=c.time_budget,
+            min_rounds=c.min_rounds,
+            max_rounds=c.max_rounds,
+        )
+
+    def _run(self, cand: CandidateSpec, built: build_mod.BuildResult | None, v: Verdict) -> None:
+        assert self.zygote is not None
+        c = self.config
+        by_name = {w.name: w for w in self.workloads}
+        out_bytes = sum(sum(t.numel() * t.element_size() for t in w.expected[0]) for w in self.workloads)
+        max_message = 64 * max(out_bytes, 1) + (16 << 20)
+        start = time.monotonic()
+        first_timeout = c.timeout + (c.build_timeout if cand.format == "compat" else 0)
+        child = self.zygote.spawn(self._job(cand, built), timeout=first_timeout, max_message=max_message)
+        timings: dict[str, tuple[list[int], list[int], int]] = {}
+        finished = False
+        try:
+            for msg in child.messages():
+                kind = msg[0]
+                if kind == "loaded":
+                    if cand.format == "compat":
+                        v.compile_s = round(float(msg[1]), 4)
+                    child.deadline = time.monotonic() + c.timeout
+                elif kind == "outputs":
+                    w = by_name[msg[1]]
+                    mismatch = compare(w.expected[msg[2]], msg[3], c.atol, c.rtol)
+                    if mismatch is not None:
+                        v.status = "wrong"
+                        v.reasons = [f"input set {msg[2]}: {mismatch.line()}"]
+                        v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=msg[2])
+                        child.send("stop")
+                        break
+                    child.send("ok")
+                elif kind == "timing":
+                    w = by_name[msg[1]]
+                    for set_idx, outs in msg[5]:
+                        mismatch = compare(w.expected[set_idx], outs, c.atol, c.rtol)
+                        if mismatch is not None:
+                            v.status = "wrong"
+                            v.reasons = [f"a timed call on input set {set_idx} gave a wrong result: {mismatch.line()}"]
+                            v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=set_idx, timed=True)
+                            break
+                    if v.status == "wrong":
+                        break
+                    timings[msg[1]] = (list(msg[2]), list(msg[3]), int(msg[4]))
+                elif kind == "error":
+                    v.status = str(msg[1])
+                    v.reasons = [str(msg[2])]
+                    if len(msg) > 3 and msg[3]:
+                        v.diagnostics["traceback"] = str(msg[3])
+                    break
+                elif kind == "done":
+                    finished = True
+                    break
+        except JobTimeout as e:
+            child.kill()
+            v.status = "timeout"
+            limit = first_timeout if "load" in str(e) else c.timeout
+            v.reasons = [f"did not finish within {limit:.0f} s (during {e})"]
+        except ChildGone as e:
+            v.status = "crash"
+            v.reasons = [f"the worker died during {e}"]
+        finally:
+            child.finish()
+        v.eval_s = round(time.monotonic() - start, 4)
+        if v.status == "crash":
+            code = child.exit_code
+            if code is None:
+                v.reasons = [f"the worker died during {child.stage}"]
+            elif code < 0:
+                v.reasons = [f"killed by {_signal_name(code)} during {child.stage}"]
+            else:
+                v.reasons = [f"the process exited with status {code} during {child.stage} (exit() inside the candidate?)"]
+        output = child.output.text()
+        if output:
+            v.diagnostics["output"] = output[-4000:]
+        if child.output.overflowed:
+            v.diagnostics["output_bytes"] = child.output.total
+            if v.status not in ("wrong", "crash", "timeout", "compile_error"):
+                v.status = "rejected"
+                v.reasons = [f"wrote {child.output.total} bytes to stdout/stderr (the cap is {child.output.cap})"]
+        if child.leftovers and v.status not in ("crash", "timeout"):
+            v.status = "rejected"
+            v.reasons = [f"left {child.leftovers} process(es) running after it returned"]
+        if v.status in ("runtime_error", "crash") and c.max_memory and _memory_related(v.reasons):
+            v.reasons.append(f"the memory limit was {c.max_memory / GiB:.3g} GiB (--max-memory)")
+        if finished and not v.reasons:
+            self._score(v, timings)
+
+    def _score(self, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> None:
+        from . import probe, stats
+
+        per = []
+        wl_diag = {}
+        for w in self.workloads:
+            ref_ns, cand_ns, k = timings[w.name]
+            ref_s = [x / k / 1e9 for x in ref_ns]
+            cand_s = [x / k / 1e9 for x in cand_ns]
+            per.append((ref_s, cand_s))
+            sp = stats.speedup([(ref_s, cand_s)])
+            rs, cs = stats.summary(ref_s), stats.summary(cand_s)
+            d = {
+                "speedup": sp.point,
+                "speedup_ci": [sp.low, sp.high],
+                "reference": rs,
+                "candidate": cs,
+                "calls_per_sample": k,
+                "rounds": len(ref_s),
+                "bytes_per_call": w.bytes_per_call(),
+                "achieved_bytes_per_s": w.bytes_per_call() / max(cs["median_s"], 1e-12),
+            }
+            wl_diag[w.name] = d
+        sp = stats.speedup(per)
+        v.speedup = round(sp.point, 4)
+        v.speedup_ci = [round(sp.low, 4), round(sp.high, 4)]
+        v.reference_s = stats.geomean([d["reference"]["median_s"] for d in wl_diag.values()])
+        v.candidate_s = stats.geomean([d["candidate"]["median_s"] for d in wl_diag.values()])
+        if self._bandwidth is None:
+            self._bandwidth = float(probe.bandwidth(self.root / ".maxcode", self.device)["bytes_per_s"])
+        for d in wl_diag.values():
+            d["bandwidth_fraction"] = d["achieved_bytes_per_s"] / self._bandwidth
+        v.diagnostics["workloads"] = wl_diag
+        v.diagnostics["machine_bytes_per_s"] = self._bandwidth
+        v.diagnostics["device"] = self.device
+        if sp.faster(self.config.min_speedup):
+            v.status = "faster"
+            v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] clears {self.config.min_speedup}"]
+        else:
+            v.status = "not_faster"
+            v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] does not clear {self.config.min_speedup}"]
+
+
+def _memory_related(reasons: list[str]) -> bool:
+    text = " ".join(reasons).lower()
+    return any(s in text for s in ("memory", "alloc", "sigsegv", "sigabrt", "sigkill", "bad_alloc"))

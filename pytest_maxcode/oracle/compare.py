@@ -1,0 +1,132 @@
+"""Correctness: dtype-aware tolerances, mismatch summaries, and the weak-check test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+# Defaults by dtype, as current KernelBench: exact for integers and bools.
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (1e-2, 1e-2),
+    torch.complex64: (1e-4, 1e-4),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+
+def tolerances(dtype: torch.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    d_atol, d_rtol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    return (d_atol if atol is None else atol, d_rtol if rtol is None else rtol)
+
+
+def _close(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
+    if not (expected.is_floating_point() or expected.is_complex()):
+        return expected == got
+    e = expected.to(torch.complex128 if expected.is_complex() else torch.float64)
+    g = got.to(e.dtype)
+    ok = (e - g).abs() <= atol + rtol * e.abs()
+    both_nan = torch.isnan(e) & torch.isnan(g) if not e.is_complex() else torch.zeros_like(ok)
+    both_inf = torch.isinf(e) & (e == g) if not e.is_complex() else torch.zeros_like(ok)
+    return ok | both_nan | both_inf
+
+
+@dataclass
+class Mismatch:
+    output: int
+    reason: str
+    details: dict[str, Any]
+
+    def line(self) -> str:
+        return f"output {self.output}: {self.reason}"
+
+
+def compare(expected: Sequence[torch.Tensor], got: Sequence[torch.Tensor], atol: float | None, rtol: float | None) -> Mismatch | None:
+    if len(expected) != len(got):
+        return Mismatch(-1, f"{len(got)} outputs, expected {len(expected)}", {})
+    for i, (e, g) in enumerate(zip(expected, got)):
+        if tuple(e.shape) != tuple(g.shape):
+            return Mismatch(i, f"shape {tuple(g.shape)}, expected {tuple(e.shape)}", {})
+        if e.dtype != g.dtype:
+            return Mismatch(i, f"dtype {g.dtype}, expected {e.dtype}", {})
+        a, r = tolerances(e.dtype, atol, rtol)
+        ok = _close(e, g, a, r)
+        if bool(ok.all()):
+            continue
+        bad = ~ok
+        n_bad = int(bad.sum())
+        first = int(bad.flatten().nonzero()[0])
+        index = list(_unravel(first, tuple(e.shape)))
+        ef = e.flatten()[first].item()
+        gf = g.flatten()[first].item()
+        details: dict[str, Any] = {
+            "atol": a,
+            "rtol": r,
+            "fraction_wrong": n_bad / max(1, e.numel()),
+            "n_wrong": n_bad,
+            "first_bad_index": index,
+            "expected": _num(ef),
+            "got": _num(gf),
+        }
+        if e.is_floating_point():
+            diff = (e.double() - g.double()).abs()
+            finite = torch.isfinite(diff)
+            details["n_nan"] = int(torch.isnan(g).sum())
+            details["max_abs_error"] = float(diff[finite].max()) if bool(finite.any()) else float("inf")
+            rel = diff / e.double().abs().clamp_min(1e-12)
+            details["max_rel_error"] = float(rel[finite].max()) if bool(finite.any()) else float("inf")
+        reason = (
+            f"{n_bad}/{e.numel()} elements wrong ({100 * n_bad / max(1, e.numel()):.3g}%), "
+            f"first at {index}: got {_num(gf)}, expected {_num(ef)}"
+        )
+        return Mismatch(i, reason, details)
+    return None
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, complex):
+        return [v.real, v.imag]
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return str(v)
+    return v
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for dim in reversed(shape):
+        out.append(flat % dim if dim else 0)
+        flat = flat // dim if dim else 0
+    return tuple(reversed(out))
+
+
+def weak_reasons(expected_sets: Sequence[Sequence[torch.Tensor]], atol: float | None, rtol: float | None) -> list[str]:
+    """Why a no-op candidate could pass this check, if it could.
+
+    An all-zeros or constant-fill output passing the tolerance test, or outputs that do
+    not change when the inputs do, make "correct" meaningless for this workload.
+    """
+    reasons: list[str] = []
+    for i, e in enumerate(expected_sets[0]):
+        if e.numel() == 0:
+            reasons.append(f"output {i} is empty")
+            continue
+        if compare([e], [torch.zeros_like(e)], atol, rtol) is None:
+            reasons.append(f"output {i}: an all-zeros output passes the tolerance check")
+            continue
+        if e.is_floating_point():
+            fill = torch.full_like(e, float(e.double().mean()))
+            if compare([e], [fill], atol, rtol) is None:
+                reasons.append(f"output {i}: a constant output passes the tolerance check")
+                continue
+    if len(expected_sets) >= 2:
+        for i in range(len(expected_sets[0])):
+            first = expected_sets[0][i]
+            if all(
+                s[i].shape == first.shape and compare([first], [s[i]], atol, rtol) is None
+                for s in expected_sets[1:]
+            ):
+                reasons.append(f"output {i} does not change with the inputs across seeds")
+    return reasons

@@ -1,0 +1,284 @@
+"""The parent's side of the worker processes: a fork server per reference, and its jobs.
+
+Each job runs in a fresh child forked from a warm zygote (see remote/_maxcode_worker.py).
+The parent owns every limit that must hold even when the child misbehaves: wall-clock
+deadlines, the process-group kill, the cap on captured output, the size of messages it
+accepts. A zygote that dies is replaced on the next job.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from .sandbox import scrubbed_env
+
+WORKER = Path(__file__).parent / "remote" / "_maxcode_worker.py"
+OUTPUT_CAP = 64 * 1024
+
+
+class WorkerSetupError(Exception):
+    """The reference could not be loaded in a worker."""
+
+
+class JobTimeout(Exception):
+    pass
+
+
+class ChildGone(Exception):
+    """The child closed its channel: it exited or was killed."""
+
+
+class CappedReader(threading.Thread):
+    """Drains a pipe, keeping the first ``cap`` bytes and counting the rest."""
+
+    def __init__(self, fd: int, cap: int = OUTPUT_CAP) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.cap = cap
+        self.kept = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        try:
+            while True:
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    break
+                self.total += len(chunk)
+                room = self.cap - len(self.kept)
+                if room > 0:
+                    self.kept += chunk[:room]
+        except OSError:
+            pass
+        finally:
+            os.close(self.fd)
+
+    @property
+    def overflowed(self) -> bool:
+        return self.total > self.cap
+
+    def text(self) -> str:
+        return self.kept.decode(errors="replace")
+
+
+def load_child_message(data: bytes) -> tuple:
+    """Child messages are torch.save bytes loaded with weights_only: data, never code."""
+    import torch
+
+    return tuple(torch.load(io.BytesIO(data), weights_only=True))
+
+
+@dataclass
+class Job:
+    """A running child: its channel, its captured output, its pid and its deadline."""
+
+    zygote: "Zygote"
+    job_id: int
+    pid: int
+    conn: Connection
+    output: CappedReader
+    deadline: float
+    max_message: int
+    exit_code: int | None = None
+    leftovers: int = 0
+    stage: str = "start"
+
+    def send(self, *msg: Any) -> None:
+        self.conn.send(msg)
+
+    def recv(self, deadline: float | None = None) -> tuple:
+        end = self.deadline if deadline is None else deadline
+        remaining = end - time.monotonic()
+        if remaining <= 0 or not self.conn.poll(remaining):
+            raise JobTimeout(self.stage)
+        try:
+            data = self.conn.recv_bytes(self.max_message)
+        except (EOFError, OSError):
+            raise ChildGone(self.stage) from None
+        msg = load_child_message(data)
+        if msg and msg[0] == "stage":
+            self.stage = str(msg[1])
+        return msg
+
+    def messages(self) -> Iterator[tuple]:
+        while True:
+            msg = self.recv()
+            if msg[0] != "stage":
+                yield msg
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def finish(self) -> None:
+        """Wait for the child's exit (killing it if needed) and collect its status."""
+        if self.exit_code is not None:
+            return
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        code, leftovers = self.zygote._wait_exit(self.job_id, self, grace=2.0)
+        self.exit_code, self.leftovers = code, leftovers
+        self.output.join(timeout=2.0)
+
+
+@dataclass
+class Zygote:
+    """A warm fork server for one reference."""
+
+    reference: dict
+    cwd: Path
+    env: dict[str, str] = field(default_factory=scrubbed_env)
+    proc: subprocess.Popen | None = None
+    ctl: socket.socket | None = None
+    info: dict = field(default_factory=dict)
+    inputs_path: str | None = None
+    _next_id: int = 0
+    _log: CappedReader | None = None
+    _running: Job | None = None
+
+    def start(self, timeout: float = 120.0) -> None:
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log_r, log_w = os.pipe()
+        env = dict(self.env)
+        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", str(WORKER), str(child_sock.fileno())],
+            pass_fds=[child_sock.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=log_w,
+            stderr=log_w,
+            env=env,
+            cwd=str(self.cwd),
+            start_new_session=True,
+        )
+        child_sock.close()
+        os.close(log_w)
+        self._log = CappedReader(log_r)
+        self._log.start()
+        self.ctl = parent_sock
+        self._send("setup", self.reference)
+        msg = self._recv(timeout)
+        if msg[0] != "ready":
+            self.close()
+            detail = msg[1] if len(msg) > 1 else "the worker exited"
+            raise WorkerSetupError(str(detail))
+        self.info = msg[1]
+        if self.inputs_path:
+            self.load_inputs(self.inputs_path)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure(self) -> None:
+        if not self.alive:
+            self.close()
+            self.start()
+
+    def load_inputs(self, path: str) -> None:
+        self.inputs_path = path
+        self._send("inputs", path)
+        msg = self._recv(300.0)
+        if msg[0] != "ok":
+            raise WorkerSetupError(f"the worker could not load {path}")
+
+    def _send(self, *msg: Any, fds: list[int] | None = None) -> None:
+        assert self.ctl is not None
+        data = json.dumps(msg).encode()
+        if fds:
+            socket.send_fds(self.ctl, [data], fds)
+        else:
+            self.ctl.send(data)
+
+    def _recv(self, timeout: float) -> list:
+        assert self.ctl is not None
+        self.ctl.settimeout(timeout)
+        try:
+            data = self.ctl.recv(1 << 16)
+        except socket.timeout:
+            return ["timeout"]
+        except OSError:
+            data = b""
+        if not data:
+            log = self._log.text()[-2000:] if self._log else ""
+            return ["dead", log.strip().splitlines()[-1] if log.strip() else "the worker exited"]
+        return json.loads(data)
+
+    def spawn(self, job: dict, timeout: float, max_message: int) -> Job:
+        """Fork a child for ``job``; it must finish within ``timeout`` seconds."""
+        self.ensure()
+        self._next_id += 1
+        job_id = self._next_id
+        parent_chan, child_chan = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        try:
+            self._send("fork", job_id, job, fds=[child_chan.fileno(), out_w])
+        finally:
+            child_chan.close()
+            os.close(out_w)
+        msg = self._recv(60.0)
+        if msg[0] != "forked":
+            os.close(out_r)
+            parent_chan.close()
+            self.close()
+            raise WorkerSetupError(f"the worker did not fork a job ({msg[0]})")
+        reader = CappedReader(out_r)
+        reader.start()
+        conn = Connection(parent_chan.detach())
+        handle = Job(self, job_id, int(msg[2]), conn, reader, time.monotonic() + timeout, max_message)
+        self._running = handle
+        return handle
+
+    def _wait_exit(self, job_id: int, job: Job, grace: float) -> tuple[int | None, int]:
+        end = time.monotonic() + grace
+        killed = False
+        while True:
+            msg = self._recv(max(0.05, end - time.monotonic()) if not killed else 30.0)
+            if msg[0] == "exited" and msg[1] == job_id:
+                self._running = None
+                return int(msg[3]), int(msg[4])
+            if msg[0] in ("dead",):
+                self.close()
+                return None, 0
+            if msg[0] == "timeout":
+                if killed:
+                    self.close()
+                    return None, 0
+                job.kill()
+                killed = True
+
+    def close(self) -> None:
+        if self._running is not None:
+            self._running.kill()
+            self._running = None
+        if self.ctl is not None:
+            try:
+                self._send("exit")
+            except OSError:
+                pass
+            self.ctl.close()
+            self.ctl = None
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait()
+            self.proc = None

@@ -1,0 +1,75 @@
+"""A STREAM-like memory-bandwidth probe, measured once per machine and cached.
+
+Achieved bytes/s of a candidate mean little alone; as a share of what this machine's
+memory can do they tell whether a kernel is already near its roof.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def machine_fingerprint(device: str) -> dict[str, str]:
+    import torch
+
+    info = {
+        "host": platform.node(),
+        "cpu": _cpu_model(),
+        "cores": str(os.cpu_count()),
+        "torch": torch.__version__,
+        "device": device,
+    }
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def _measure(device: str, nbytes: int = 256 << 20, reps: int = 5) -> float:
+    import torch
+
+    n = nbytes // 4
+    a = torch.ones(n, dtype=torch.float32, device=device)
+    b = torch.empty_like(a)
+    best = float("inf")
+    for _ in range(reps + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        b.copy_(a)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n * 4 / best  # one read and one write per element
+
+
+def bandwidth(cache_dir: Path, device: str) -> dict:
+    """Measured copy bandwidth in bytes/s for ``device``, from the cache when present."""
+    fp = machine_fingerprint(device)
+    key = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_dir / "machine" / f"{device}-{key}.json"
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+    result = {"bytes_per_s": _measure(device), "machine": fp, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(path)
+    return result

@@ -1,0 +1,752 @@
+"""Code that runs inside the oracle's worker processes. Imports nothing from the package.
+
+Started as ``python _maxcode_worker.py CONTROL_FD`` (so only this folder is on the path).
+The process is a fork server ("zygote"): it imports torch and the reference once, then
+forks one fresh child per job. A candidate therefore gets a warm but pristine process:
+whatever it patches, leaks or corrupts dies with its child, and the next candidate
+starts clean. Each child gets its own message channel and stdout/stderr pipe, passed
+in by the parent over the control socket (SCM_RIGHTS).
+
+Messages are plain data. Zygote <-> parent: JSON on a SOCK_SEQPACKET socket.
+Child -> parent: ``torch.save`` bytes that the parent loads with ``weights_only=True``
+(tensors, numbers, strings, lists, dicts: a candidate cannot make the parent run code).
+Parent -> child: pickle (the child trusts the parent).
+"""
+
+from __future__ import annotations
+
+import time
+
+_NOW = time.perf_counter_ns  # bound before any candidate code exists in this process
+
+import ctypes  # noqa: E402
+import importlib.util  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import pickle  # noqa: E402
+import random  # noqa: E402
+import resource  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
+from multiprocessing.connection import Connection  # noqa: E402
+
+_SLEEP = time.sleep
+_PR_SET_CHILD_SUBREAPER = 36
+_MAX_CTL = 1 << 16
+
+
+# ----------------------------------------------------------------------------- control
+
+
+def _send_ctl(sock: socket.socket, *msg: object) -> None:
+    sock.send(json.dumps(msg).encode())
+
+
+def _recv_ctl(sock: socket.socket) -> tuple[list, list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_CTL, 4)
+    if not data:
+        return ["exit"], fds
+    return json.loads(data), fds
+
+
+def _send_child(conn: Connection, *msg: object) -> None:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(msg, buf)
+    conn.send_bytes(buf.getvalue())
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def _ppid_map() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name may hold spaces and parentheses: parse after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if fields and fields[0] != b"Z":
+            out[int(name)] = int(fields[1])
+    return out
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    ppids = _ppid_map()
+    found: set[int] = set()
+    frontier = set(roots)
+    while frontier:
+        nxt = {pid for pid, ppid in ppids.items() if ppid in frontier and pid not in found}
+        found |= nxt
+        frontier = nxt
+    return found
+
+
+def _kill_leftovers(child_pid: int) -> int:
+    """Kill whatever the child left behind; as subreaper we inherit its orphans."""
+    me = os.getpid()
+    killed = 0
+    try:
+        os.killpg(child_pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for _ in range(50):
+        left = _descendants({me})
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        _SLEEP(0.01)
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+    return killed
+
+
+def _set_limits(job: dict) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    cpu = job.get("cpu_seconds")
+    if cpu:
+        resource.setrlimit(resource.RLIMIT_CPU, (int(cpu), int(cpu) + 5))
+    fsize = job.get("max_file_bytes")
+    if fsize:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(fsize), int(fsize)))
+    mem = job.get("max_memory")
+    if mem:
+        # RLIMIT_DATA counts private writable memory (heap, anonymous mmap): the limit is
+        # what the child already uses (torch, inputs) plus the budget for the candidate.
+        used = 0
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    used = int(line.split()[1]) * 1024
+        lim = used + int(mem)
+        resource.setrlimit(resource.RLIMIT_DATA, (lim, lim))
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+def _import_path(path: str, name: str):
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Reference:
+    """The trusted reference: a KernelBench ``Model`` or a plain function plus its inputs."""
+
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+        module = _import_path(spec["path"], "maxcode_reference")
+        if spec["kind"] == "module":
+            model = getattr(module, spec.get("name") or "Model", None)
+            if model is None:
+                raise LookupError(f"{spec['path']} defines no class {spec.get('name') or 'Model'}")
+            self.model_cls = model
+            self.fn = None
+            self.init_inputs_fn = getattr(module, "get_init_inputs", None)
+            self.inputs_fn = getattr(module, "get_inputs", None)
+        else:
+            self.model_cls = None
+            self.fn = getattr(module, spec["name"], None)
+            if not callable(self.fn):
+                raise LookupError(f"{spec['path']} defines no function {spec['name']}")
+            self.init_inputs_fn = None
+            self.inputs_fn = None
+        if spec.get("inputs_path"):
+            inputs_module = (
+                module
+                if os.path.abspath(spec["inputs_path"]) == os.path.abspath(spec["path"])
+                else _import_path(spec["inputs_path"], "maxcode_reference_inputs")
+            )
+            self.inputs_fn = getattr(inputs_module, spec["inputs_name"], None)
+            if not callable(self.inputs_fn):
+                raise LookupError(f"{spec['inputs_path']} defines no function {spec['inputs_name']}")
+        if self.inputs_fn is None and not spec.get("has_captured"):
+            raise LookupError(
+                f"{spec['path']} has no get_inputs(); pass --inputs FILE.py:FUNCTION"
+            )
+
+    def init_inputs(self) -> list:
+        return list(self.init_inputs_fn()) if self.init_inputs_fn is not None else []
+
+    def make(self, device: str, seed: int):
+        """The callable to compare against, and the module's parameters+buffers (ABI order)."""
+        import torch
+
+        if self.model_cls is None:
+            return self.fn, []
+        torch.manual_seed(seed)
+        model = self.model_cls(*self.init_inputs()).to(device).eval()
+        extras = [p.detach() for _, p in model.named_parameters()]
+        extras += [b.detach() for _, b in model.named_buffers()]
+        return model, extras
+
+
+def _to_device(values: list, device: str) -> list:
+    import torch
+
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _as_outputs(result) -> list:
+    import torch
+
+    if isinstance(result, (tuple, list)):
+        items = list(result)
+    else:
+        items = [result]
+    out = []
+    for i, r in enumerate(items):
+        if isinstance(r, torch.Tensor):
+            out.append(r)
+        elif isinstance(r, (bool, int, float)):
+            out.append(torch.tensor(r))
+        else:
+            raise TypeError(f"output {i} is a {type(r).__name__}; outputs must be tensors or scalars")
+    return out
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
+    """Generate the seeded input sets and the expected outputs (kept by the parent only)."""
+    import torch
+
+    device = job["device"]
+    fn, _extras = ref.make(device, job["model_seed"])
+    workloads = []
+    for w in job["workloads"]:
+        sets = []
+        if w.get("captured"):
+            sets = [list(s) for s in torch.load(w["captured"], weights_only=True)]
+        for seed in w.get("seeds", []):
+            torch.manual_seed(seed)
+            sets.append(list(ref.inputs_fn()))
+        expected = []
+        with torch.no_grad():
+            for s in sets:
+                outs = _as_outputs(fn(*_to_device([_clone(v) for v in s], device)))
+                _sync(device)
+                expected.append([o.detach().to("cpu").clone() for o in outs])
+        cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in sets]
+        workloads.append({"name": w["name"], "sets": cpu_sets, "expected": expected})
+    _send_child(conn, "reference", workloads)
+
+
+def _clone(v):
+    import torch
+
+    return v.clone() if isinstance(v, torch.Tensor) else v
+
+
+# ----------------------------------------------------------------------------- candidates
+
+
+class CandidateError(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _timer_identities() -> dict[str, int]:
+    """Ids of the clocks and syncs a cheating candidate would patch."""
+    import torch
+
+    ids = {}
+    for name in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time"):
+        ids[f"time.{name}"] = id(getattr(time, name))
+    ids["torch.cuda.synchronize"] = id(torch.cuda.synchronize)
+    ids["torch.cuda.Event"] = id(torch.cuda.Event)
+    ids["torch.cuda.Event.record"] = id(torch.cuda.Event.record)
+    ids["torch.cuda.Event.elapsed_time"] = id(torch.cuda.Event.elapsed_time)
+    ids["torch.cuda.Event.synchronize"] = id(torch.cuda.Event.synchronize)
+    return ids
+
+
+def _patched(before: dict[str, int]) -> list[str]:
+    now = _timer_identities()
+    return sorted(k for k, v in before.items() if now.get(k) != v)
+
+
+def _poison(t, variant: int) -> None:
+    import torch
+
+    if t.dtype == torch.bool:
+        t.fill_(variant % 2 == 0)
+    elif t.is_floating_point() or t.is_complex():
+        v = (float("nan"), torch.finfo(t.dtype).max / 2 if t.is_floating_point() else 1e30, -12345.678)
+        t.fill_(v[variant % 3])
+    else:
+        info = torch.iinfo(t.dtype)
+        t.fill_(info.max if variant % 2 == 0 else info.min + 7)
+
+
+def _bits(t):
+    """A view whose == is bitwise (NaN == NaN), for mutation and settle checks."""
+    import torch
+
+    by_size = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.int64}
+    t = t.contiguous()
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view(by_size[t.element_size()])
+
+
+def _same_bits(a, b) -> bool:
+    import torch
+
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
+
+
+class _Candidate:
+    """A loaded candidate behind one call signature: run(slot inputs, slot outputs)."""
+
+    def __init__(self, job: dict, ref: Reference, conn: Connection) -> None:
+        import torch
+
+        self.device = job["device"]
+        self.format = job["format"]
+        self.stream = None
+        start = _NOW()
+        if self.format == "native":
+            import _maxcode_abi as abi
+
+            self.abi = abi
+            try:
+                self.kernel = abi.NativeKernel(job["path"])
+            except abi.AbiError as e:
+                raise CandidateError("compile_error", str(e)) from None
+            except OSError as e:
+                raise CandidateError("compile_error", f"cannot load the built library: {e}") from None
+            if self.device == "cuda":
+                self.stream = torch.cuda.current_stream().cuda_stream
+        else:
+            _guard_load_inline(job["build_dir"])
+            try:
+                module = _import_path(job["path"], "maxcode_candidate")
+            except Exception as e:
+                status = "compile_error" if _is_build_error(e) else "runtime_error"
+                raise CandidateError(status, _one_line_exc(e)) from None
+            target = getattr(module, "ModelNew", None)
+            if target is None and ref.fn is not None:
+                target = getattr(module, ref.fn.__name__, None)
+            if target is None:
+                raise CandidateError("compile_error", "the compat candidate defines no ModelNew")
+            if isinstance(target, type):
+                try:
+                    torch.manual_seed(job["model_seed"])
+                    target = target(*ref.init_inputs()).to(self.device).eval()
+                except Exception as e:
+                    status = "compile_error" if _is_build_error(e) else "runtime_error"
+                    raise CandidateError(status, _one_line_exc(e)) from None
+            self.call = target
+        self.load_s = (_NOW() - start) / 1e9
+
+
+def _is_build_error(e: BaseException) -> bool:
+    text = f"{type(e).__name__} {e}"
+    return "Error building extension" in text or "ninja" in text.lower() and "error" in text.lower()
+
+
+def _one_line_exc(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    msg = lines[-1] if lines else ""
+    for ln in lines:
+        if "error" in ln.lower():
+            msg = ln.strip()
+            break
+    return f"{type(e).__name__}: {msg}"[:400]
+
+
+def _guard_load_inline(build_dir: str) -> None:
+    """Make torch's load_inline safe to call from a candidate (DESIGN.md section 4).
+
+    Each call builds in its own directory named by a hash of what it compiles (so two
+    candidates that reuse a module name never get each other's module), the caller's
+    source lists are copied (load_inline mutates them), precompiled headers are off
+    (they write into torch's own include folder), and stale ``lock`` files are removed.
+    """
+    import hashlib
+
+    from torch.utils import cpp_extension
+
+    original = cpp_extension.load_inline
+
+    def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        cpp = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
+        cu = None if cuda_sources is None else ([cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources))
+        h = hashlib.sha256(repr((name, cpp, cu, args, sorted(kwargs.items(), key=lambda kv: kv[0]))).encode())
+        digest = h.hexdigest()[:16]
+        directory = os.path.join(build_dir, f"{name}_{digest}")
+        os.makedirs(directory, exist_ok=True)
+        lock = os.path.join(directory, "lock")
+        if os.path.exists(lock):
+            os.unlink(lock)
+        kwargs["build_directory"] = directory
+        kwargs["use_pch"] = False
+        return original(f"{name}_{digest}", cpp, cu, *args, **kwargs)
+
+    cpp_extension.load_inline = load_inline
+
+
+class _Side:
+    """One implementation (reference or candidate) with its own input/output buffers.
+
+    ``slots`` sets of buffers; before each sample every slot is refilled, in place, with
+    a different input set, so a result cached per pointer or replayed from an earlier
+    call is wrong, and outputs are poisoned so unwritten output is visible.
+    """
+
+    def __init__(self, name, sets, slots, device, runner, extras, out_meta, native) -> None:
+        import torch
+
+        self.name = name
+        self.sets = sets
+        self.device = device
+        self.runner = runner
+        self.native = native
+        self.bufs = [[_clone(v) for v in _to_device(sets[0], device)] for _ in range(slots)]
+        self.extras = extras
+        self.outs: list = [None] * slots
+        if native:
+            abi = runner.abi
+            self.outs = [
+                [torch.empty(shape, dtype=getattr(torch, dt), device=device) for shape, dt in out_meta]
+                for _ in range(slots)
+            ]
+            self.in_arrays = [abi.TensorArray(abi.as_abi_tensors(b, device) + extras) for b in self.bufs]
+            self.out_arrays = [abi.TensorArray(o) for o in self.outs]
+
+    def refill(self, first_set: int, poison: int) -> list[int]:
+        """Fill each slot from the next set; returns the set index used by each slot."""
+        import torch
+
+        used = []
+        for s, buf in enumerate(self.bufs):
+            idx = (first_set + s) % len(self.sets)
+            for dst, src in zip(buf, self.sets[idx]):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+            if self.native:
+                for o in self.outs[s]:
+                    _poison(o, poison + s)
+            else:
+                self.outs[s] = None
+            used.append(idx)
+        return used
+
+    def run(self, slot: int) -> None:
+        if self.native:
+            rc = self.runner.kernel.run(self.in_arrays[slot], self.out_arrays[slot], self.runner.stream)
+            if rc != 0:
+                raise CandidateError("runtime_error", f"maxcode_run returned {rc}")
+        else:
+            self.outs[slot] = self.runner(*self.bufs[slot])
+
+    def outputs(self, slot: int) -> list:
+        return self.outs[slot] if self.native else _as_outputs(self.outs[slot])
+
+    def discard(self) -> None:
+        """Poison the reference's fresh outputs before freeing them.
+
+        Otherwise an allocator could hand that memory, still holding the right answer,
+        to a candidate that allocates its output and never writes it.
+        """
+        if not self.native:
+            for s, o in enumerate(self.outs):
+                if o is not None:
+                    for t in _as_outputs(o):
+                        _poison(t, 0)
+                self.outs[s] = None
+
+
+class _RefRunner:
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) -> None:
+    import torch
+
+    torch.set_grad_enabled(False)
+    device = job["device"]
+    before = _timer_identities()
+    ref_fn, extras_ref = ref.make(device, job["model_seed"])
+    _send_child(conn, "stage", "load")
+    cand = _Candidate(job, ref, conn)
+    patched = _patched(before)
+    if patched:
+        raise CandidateError("rejected", "the candidate replaced " + ", ".join(patched))
+    _send_child(conn, "loaded", cand.load_s)
+    native = job["format"] == "native"
+    # the candidate's own copy of the parameters: it never shares an allocation with the reference
+    extras_cand = ref.make(device, job["model_seed"])[1] if native else []
+    me = os.getpid()
+    settle = job.get("settle_s", 0.005)
+
+    for w in inputs:
+        sets = w["sets"]
+        side = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native)
+        # correctness: the same buffers are refilled with each set in turn
+        for i in range(len(sets)):
+            _send_child(conn, "stage", f"check {w['name']} set {i}")
+            side.refill(i, poison=i)
+            pristine = [_clone(v) for v in side.bufs[0]] + [e.clone() for e in extras_cand]
+            t0 = _NOW()
+            side.run(0)
+            _sync(device)
+            call_s = (_NOW() - t0) / 1e9
+            outs = side.outputs(0)
+            snap = [o.detach().clone() for o in outs]
+            _SLEEP(max(settle, min(0.05, 3 * call_s)))
+            _sync(device)
+            if not all(_same_bits(a, b) for a, b in zip(outs, snap)):
+                raise CandidateError("rejected", "the output changed after the call returned (work left running on another thread)")
+            now_inputs = list(side.bufs[0]) + list(extras_cand)
+            for k, (a, b) in enumerate(zip(pristine, now_inputs)):
+                if isinstance(a, torch.Tensor) and not _same_bits(a, b):
+                    raise CandidateError("rejected", f"the candidate modified input {k}")
+            _send_child(conn, "outputs", w["name"], i, [s.to("cpu") for s in snap])
+            reply = conn.recv()
+            if reply[0] != "ok":
+                return
+        left = _descendants({me})
+        if left:
+            raise CandidateError("rejected", f"the candidate left {len(left)} process(es) running")
+
+    for w in inputs:
+        _send_child(conn, "stage", f"time {w['name']}")
+        _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn)
+
+    patched = _patched(before)
+    if patched:
+        raise CandidateError("rejected", "the candidate replaced " + ", ".join(patched))
+    left = _descendants({me})
+    if left:
+        raise CandidateError("rejected", f"the candidate left {len(left)} process(es) running")
+    _send_child(conn, "done")
+
+
+def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) -> None:
+    """Interleaved timing: ABBA order, warm-up, rotating inputs, re-checked outputs."""
+    import torch
+
+    device = job["device"]
+    sets = w["sets"]
+    cuda = device == "cuda"
+    flush = None
+    if cuda:
+        l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+        flush = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8, device="cuda")
+        Event = torch.cuda.Event
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    probe_ref = _Side("reference", sets, 1, device, _RefRunner(ref_fn), extras_ref, w["out_meta"], False)
+    probe_cand = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native)
+
+    def once(side) -> float:
+        side.refill(0, 0)
+        sync()
+        t0 = _NOW()
+        side.run(0)
+        sync()
+        dt = (_NOW() - t0) / 1e9
+        side.discard()
+        return dt
+
+    warm_end = _NOW() + int(job.get("warmup_s", 0.05) * 1e9)
+    t_ref, t_cand, n = [], [], 0
+    while n < 3 or (_NOW() < warm_end and n < 100):
+        t_ref.append(once(probe_ref))
+        t_cand.append(once(probe_cand))
+        n += 1
+    per_call = max(min(min(t_ref), min(t_cand)), 1e-9)
+    target = job.get("sample_s", 2e-5 if not cuda else 5e-5)
+    k = int(min(64, max(1, math.ceil(target / per_call))))
+    slots = k
+    sides = {
+        "ref": _Side("reference", sets, slots, device, _RefRunner(ref_fn), extras_ref, w["out_meta"], False),
+        "cand": _Side("candidate", sets, slots, device, cand if native else cand.call, probe_cand.extras, w["out_meta"], native),
+    }
+    del probe_ref, probe_cand
+    samples = {"ref": [], "cand": []}
+    rechecks: list = []
+    budget_end = _NOW() + int(job["time_budget"] * 1e9)
+    min_rounds, max_rounds = job["min_rounds"], job["max_rounds"]
+    max_rechecks = job.get("rechecks", 4)
+    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+    r = 0
+    while r < max_rounds and (r < min_rounds or _NOW() < budget_end):
+        order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
+        for who in order:
+            side = sides[who]
+            used = side.refill(r + (who == "cand"), poison=r)
+            if cuda:
+                flush.zero_()
+                sync()
+                start, end = Event(enable_timing=True), Event(enable_timing=True)
+                start.record()
+                for s in range(slots):
+                    side.run(s)
+                end.record()
+                sync()
+                dt = int(start.elapsed_time(end) * 1e6)
+            else:
+                t0 = _NOW()
+                for s in range(slots):
+                    side.run(s)
+                dt = _NOW() - t0
+            samples[who].append(dt)
+            if who == "cand" and len(rechecks) < max_rechecks and (rng.random() < 0.1 or r + 1 >= max_rounds):
+                slot = rng.randrange(slots)
+                rechecks.append([used[slot], [o.detach().to("cpu").clone() for o in side.outputs(slot)]])
+            side.discard()
+        r += 1
+    if not rechecks:
+        used = sides["cand"].refill(r, poison=r)
+        sides["cand"].run(0)
+        sync()
+        rechecks.append([used[0], [o.detach().to("cpu").clone() for o in sides["cand"].outputs(0)]])
+    _send_child(conn, "timing", w["name"], samples["ref"], samples["cand"], k, rechecks)
+
+
+# ----------------------------------------------------------------------------- child / zygote
+
+
+def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | None, inputs) -> None:
+    os.setsid()
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    os.chdir(workdir)
+    os.environ["TMPDIR"] = workdir
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    conn = Connection(chan_fd)
+    code = 0
+    try:
+        _set_limits(job)
+        if job["device"] == "cuda":
+            import torch
+
+            torch.cuda.init()
+        if job["kind"] == "reference":
+            _reference_job(job, ref, conn)
+        else:
+            _candidate_job(job, ref, inputs, conn)
+    except CandidateError as e:
+        _report(conn, e.status, str(e))
+    except MemoryError:
+        _report(conn, "runtime_error", "MemoryError: the memory limit was reached")
+    except BaseException as e:  # noqa: BLE001 - everything a candidate raises is a verdict
+        _report(conn, "runtime_error", _one_line_exc(e), traceback.format_exc(limit=8))
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os._exit(code)
+
+
+def _report(conn: Connection, status: str, message: str, detail: str = "") -> None:
+    try:
+        _send_child(conn, "error", status, message, detail[-4000:])
+    except Exception:
+        pass
+
+
+def _decode_status(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def main(ctl_fd: int) -> None:
+    ctl = socket.socket(fileno=ctl_fd)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    msg, _ = _recv_ctl(ctl)
+    ref = None
+    try:
+        import torch  # noqa: F401 - the expensive import every child then shares
+
+        ref = Reference(msg[1])
+        _send_ctl(ctl, "ready", {"python": sys.version.split()[0], "torch": torch.__version__})
+    except BaseException as e:  # noqa: BLE001
+        _send_ctl(ctl, "setup_error", _one_line_exc(e), traceback.format_exc(limit=6)[-3000:])
+        return
+    inputs = None
+    while True:
+        msg, fds = _recv_ctl(ctl)
+        if msg[0] == "exit":
+            return
+        if msg[0] == "inputs":
+            import torch
+
+            with open(msg[1], "rb") as f:
+                inputs = torch.load(f, weights_only=True)
+            _send_ctl(ctl, "ok")
+            continue
+        if msg[0] == "fork":
+            job_id, job = msg[1], msg[2]
+            chan_fd, out_fd = fds
+            workdir = tempfile.mkdtemp(prefix="maxcode-job-")
+            pid = os.fork()
+            if pid == 0:
+                ctl.close()
+                _child(job, chan_fd, out_fd, workdir, ref, inputs)
+            os.close(chan_fd)
+            os.close(out_fd)
+            _send_ctl(ctl, "forked", job_id, pid)
+            _, status = os.waitpid(pid, 0)
+            leftovers = _kill_leftovers(pid)
+            shutil.rmtree(workdir, ignore_errors=True)
+            _send_ctl(ctl, "exited", job_id, pid, _decode_status(status), leftovers)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,50 @@
+"""The verdict on one candidate: the record every reward and every pull request rests on."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STATUSES = ("faster", "not_faster", "wrong", "compile_error", "runtime_error", "crash", "timeout", "rejected")
+CORRECT = ("faster", "not_faster")
+
+
+@dataclass
+class Verdict:
+    candidate: str
+    status: str
+    speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    reference_s: float | None = None
+    candidate_s: float | None = None
+    compile_s: float | None = None
+    eval_s: float | None = None
+    weak_check: bool = False
+    reasons: list[str] = field(default_factory=list)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    hash: str = ""
+    format: str = ""
+    lang: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}")
+
+    @property
+    def correct(self) -> bool:
+        return self.status in CORRECT
+
+    def to_json(self) -> dict[str, Any]:
+        return _finite(asdict(self))
+
+
+def _finite(v: Any) -> Any:
+    """JSON has no NaN or infinity: such numbers become null."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v

@@ -1,0 +1,200 @@
+"""The store: targets, candidates and evaluations in one SQLite file (WAL).
+
+Every evaluation is written in its own transaction, so a run killed at any moment
+leaves every finished evaluation readable and nothing half-written; the search resumes
+from what is there. Schema changes are numbered migrations keyed on ``user_version``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        command TEXT NOT NULL,
+        tool_version TEXT NOT NULL,
+        machine TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE targets (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        source_path TEXT NOT NULL,
+        source_hash TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE candidates (
+        hash TEXT PRIMARY KEY,
+        format TEXT NOT NULL,
+        lang TEXT NOT NULL,
+        source TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    CREATE TABLE evaluations (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER REFERENCES runs(id),
+        target_id TEXT NOT NULL REFERENCES targets(id),
+        candidate_hash TEXT NOT NULL REFERENCES candidates(hash),
+        config_key TEXT NOT NULL,
+        status TEXT NOT NULL,
+        speedup REAL,
+        ci_low REAL,
+        ci_high REAL,
+        reference_s REAL,
+        candidate_s REAL,
+        compile_s REAL,
+        eval_s REAL,
+        weak_check INTEGER NOT NULL DEFAULT 0,
+        device TEXT NOT NULL,
+        reasons TEXT NOT NULL DEFAULT '[]',
+        diagnostics TEXT NOT NULL DEFAULT '{}',
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX evaluations_target ON evaluations(target_id, candidate_hash, config_key);
+    """,
+]
+
+
+def default_path(root: Path) -> Path:
+    return root / ".maxcode" / "maxcode.db"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+class Store:
+    """The small interface the rest of the package talks to; SQL stays in this file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        for i, sql in enumerate(MIGRATIONS[version:], start=version + 1):
+            with self._tx():
+                for stmt in [s for s in sql.split(";") if s.strip()]:
+                    self.db.execute(stmt)
+                self.db.execute(f"PRAGMA user_version={i}")
+
+    def _tx(self):
+        return _Transaction(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- runs -----------------------------------------------------------------------
+
+    def begin_run(self, command: str, tool_version: str, machine: dict[str, Any] | None = None) -> int:
+        with self._tx():
+            cur = self.db.execute(
+                "INSERT INTO runs(started_at, command, tool_version, machine) VALUES (?, ?, ?, ?)",
+                (_now(), command, tool_version, json.dumps(machine or {})),
+            )
+        return int(cur.lastrowid)
+
+    def finish_run(self, run_id: int) -> None:
+        with self._tx():
+            self.db.execute("UPDATE runs SET finished_at=? WHERE id=?", (_now(), run_id))
+
+    # -- targets and candidates -------------------------------------------------------
+
+    def upsert_target(self, target_id: str, kind: str, source_path: str, source_hash: str) -> None:
+        with self._tx():
+            self.db.execute(
+                "INSERT INTO targets(id, kind, source_path, source_hash, updated_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET kind=excluded.kind, source_path=excluded.source_path, "
+                "source_hash=excluded.source_hash, updated_at=excluded.updated_at",
+                (target_id, kind, source_path, source_hash, _now()),
+            )
+
+    def add_candidate(self, cand_hash: str, fmt: str, lang: str, source: str, origin: str) -> None:
+        with self._tx():
+            self.db.execute(
+                "INSERT OR IGNORE INTO candidates(hash, format, lang, source, origin, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (cand_hash, fmt, lang, source, origin, _now()),
+            )
+
+    # -- evaluations ------------------------------------------------------------------
+
+    def record_evaluation(self, *, run_id: int | None, target_id: str, config_key: str, device: str, verdict: dict[str, Any]) -> int:
+        ci = verdict.get("speedup_ci") or [None, None]
+        with self._tx():
+            cur = self.db.execute(
+                "INSERT INTO evaluations(run_id, target_id, candidate_hash, config_key, status, speedup, ci_low, ci_high, "
+                "reference_s, candidate_s, compile_s, eval_s, weak_check, device, reasons, diagnostics, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    target_id,
+                    verdict["hash"],
+                    config_key,
+                    verdict["status"],
+                    verdict.get("speedup"),
+                    ci[0],
+                    ci[1],
+                    verdict.get("reference_s"),
+                    verdict.get("candidate_s"),
+                    verdict.get("compile_s"),
+                    verdict.get("eval_s"),
+                    int(bool(verdict.get("weak_check"))),
+                    device,
+                    json.dumps(verdict.get("reasons", [])),
+                    json.dumps(verdict.get("diagnostics", {})),
+                    _now(),
+                ),
+            )
+        return int(cur.lastrowid)
+
+    def evaluations(self, target_id: str | None = None) -> Iterator[dict[str, Any]]:
+        sql = "SELECT * FROM evaluations"
+        args: tuple = ()
+        if target_id is not None:
+            sql += " WHERE target_id=?"
+            args = (target_id,)
+        for row in self.db.execute(sql + " ORDER BY id", args):
+            d = dict(row)
+            d["reasons"] = json.loads(d["reasons"])
+            d["diagnostics"] = json.loads(d["diagnostics"])
+            yield d
+
+    def candidate_source(self, cand_hash: str) -> str | None:
+        row = self.db.execute("SELECT source FROM candidates WHERE hash=?", (cand_hash,)).fetchone()
+        return None if row is None else str(row[0])
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (KeyboardInterrupt too)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.db.execute("COMMIT")
+        else:
+            self.db.execute("ROLLBACK")
