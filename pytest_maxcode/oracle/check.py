@@ -77,20 +77,19 @@ class CandidateSpec:
 
 @dataclass
 class Workload:
+    """One input signature: its expected outputs per input set (held by the parent only)."""
+
     name: str
-    sets: list[list[Any]]
     expected: list[list[Any]]
+    in_bytes: int
     weak: list[str] = field(default_factory=list)
 
     @property
-    def out_meta(self) -> list[tuple[list[int], str]]:
-        return [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in self.expected[0]]
+    def out_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.expected[0])
 
     def bytes_per_call(self) -> int:
-        import torch
-
-        ins = sum(v.numel() * v.element_size() for v in self.sets[0] if isinstance(v, torch.Tensor))
-        return ins + sum(t.numel() * t.element_size() for t in self.expected[0])
+        return self.in_bytes + self.out_bytes
 
 
 def _signal_name(code: int) -> str:
@@ -171,8 +170,32 @@ class Oracle:
         except WorkerSetupError as e:
             raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
         seeds = [self.config.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
-        job = dict(self._limits(), kind="reference", workloads=[{"name": "default", "seeds": seeds}])
-        child = self.zygote.spawn(job, timeout=self.config.timeout + self.config.build_timeout, max_message=1 << 40)
+        runs = self.root / ".maxcode" / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        stem = runs / f"{os.getpid()}-{id(self):x}"
+        inputs_path, expected_path = Path(f"{stem}-inputs.pt"), Path(f"{stem}-expected.pt")
+        job = dict(
+            self._limits(),
+            kind="reference",
+            workloads=[{"name": "default", "seeds": seeds}],
+            inputs_out=str(inputs_path),
+            expected_out=str(expected_path),
+        )
+        try:
+            self._run_reference(job)
+            for w in torch.load(expected_path, weights_only=True):
+                wl = Workload(w["name"], w["expected"], int(w["in_bytes"]))
+                wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
+                self.workloads.append(wl)
+            expected_path.unlink()
+            self.zygote.load_inputs(str(inputs_path))
+        finally:
+            expected_path.unlink(missing_ok=True)
+            inputs_path.unlink(missing_ok=True)
+
+    def _run_reference(self, job: dict[str, Any]) -> None:
+        assert self.zygote is not None
+        child = self.zygote.spawn(job, timeout=self.config.timeout + self.config.build_timeout, max_message=1 << 20)
         result: tuple | None = None
         try:
             for msg in child.messages():
@@ -188,18 +211,6 @@ class Oracle:
         if result is None or result[0] != "reference":
             why = result[2] if result and result[0] == "error" else f"the worker exited ({child.exit_code})"
             raise MaxcodeError(f"reference {self.reference.path.name}: failed: {why}")
-        for w in result[1]:
-            wl = Workload(w["name"], w["sets"], w["expected"])
-            wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
-            self.workloads.append(wl)
-        runs = self.root / ".maxcode" / "runs"
-        runs.mkdir(parents=True, exist_ok=True)
-        inputs_path = runs / f"inputs-{os.getpid()}-{id(self)}.pt"
-        torch.save([{"name": w.name, "sets": w.sets, "out_meta": w.out_meta} for w in self.workloads], inputs_path)
-        try:
-            self.zygote.load_inputs(str(inputs_path))
-        finally:
-            inputs_path.unlink(missing_ok=True)
 
     # -- checking ---------------------------------------------------------------------
 
@@ -282,7 +293,7 @@ class Oracle:
         assert self.zygote is not None
         c = self.config
         by_name = {w.name: w for w in self.workloads}
-        out_bytes = sum(sum(t.numel() * t.element_size() for t in w.expected[0]) for w in self.workloads)
+        out_bytes = sum(w.out_bytes for w in self.workloads)
         max_message = 64 * max(out_bytes, 1) + (16 << 20)
         start = time.monotonic()
         first_timeout = c.timeout + (c.build_timeout if cand.format == "compat" else 0)

@@ -263,8 +263,14 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
                 _sync(device)
                 expected.append([o.detach().to("cpu").clone() for o in outs])
         cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in sets]
-        workloads.append({"name": w["name"], "sets": cpu_sets, "expected": expected})
-    _send_child(conn, "reference", workloads)
+        out_meta = [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in expected[0]]
+        in_bytes = sum(v.numel() * v.element_size() for v in cpu_sets[0] if isinstance(v, torch.Tensor))
+        workloads.append({"name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta, "in_bytes": in_bytes})
+    # Files, not the channel: the zygote loads the inputs, and only the parent the
+    # expected outputs (it deletes that file before any candidate runs).
+    torch.save([{k: w[k] for k in ("name", "sets", "out_meta")} for w in workloads], job["inputs_out"])
+    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes")} for w in workloads], job["expected_out"])
+    _send_child(conn, "reference")
 
 
 def _clone(v):
@@ -496,14 +502,6 @@ class _Side:
                 self.outs[s] = None
 
 
-class _RefRunner:
-    def __init__(self, fn) -> None:
-        self.fn = fn
-
-    def __call__(self, *args):
-        return self.fn(*args)
-
-
 def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) -> None:
     import torch
 
@@ -580,7 +578,7 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
         Event = torch.cuda.Event
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    probe_ref = _Side("reference", sets, 1, device, _RefRunner(ref_fn), extras_ref, w["out_meta"], False)
+    probe_ref = _Side("reference", sets, 1, device, ref_fn, extras_ref, w["out_meta"], False)
     probe_cand = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native)
 
     def once(side) -> float:
@@ -604,7 +602,7 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
     k = int(min(64, max(1, math.ceil(target / per_call))))
     slots = k
     sides = {
-        "ref": _Side("reference", sets, slots, device, _RefRunner(ref_fn), extras_ref, w["out_meta"], False),
+        "ref": _Side("reference", sets, slots, device, ref_fn, extras_ref, w["out_meta"], False),
         "cand": _Side("candidate", sets, slots, device, cand if native else cand.call, probe_cand.extras, w["out_meta"], native),
     }
     del probe_ref, probe_cand
