@@ -161,10 +161,9 @@ def build_all(
         todo[key] = (res, command, d)
     if todo:
         _run_ninja(todo, root, timeout, jobs)
-    by_key = {r.key: r for r in results if r.key in todo}
     for r in results:
-        if r.key in todo and r is not by_key[r.key]:
-            first = by_key[r.key]
+        first = todo[r.key][0] if r.key in todo else r
+        if r is not first:
             r.ok, r.library, r.compile_s, r.log, r.errors = first.ok, first.library, first.compile_s, first.log, first.errors
     return results
 

@@ -159,7 +159,7 @@ class Zygote:
         env = dict(self.env)
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", str(WORKER), str(child_sock.fileno())],
+            [sys.executable, "-u", str(WORKER), str(child_sock.fileno()), str(os.getpid())],
             pass_fds=[child_sock.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=log_w,

@@ -37,6 +37,7 @@ import traceback  # noqa: E402
 from multiprocessing.connection import Connection  # noqa: E402
 
 _SLEEP = time.sleep
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _MAX_CTL = 1 << 16
 
@@ -650,7 +651,18 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
 # ----------------------------------------------------------------------------- child / zygote
 
 
-def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | None, inputs) -> None:
+def _die_with_parent(parent: int) -> None:
+    """If our parent dies (even by SIGKILL), so do we: no orphaned workers or hung kernels."""
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | None, inputs, zygote: int) -> None:
+    _die_with_parent(zygote)
     os.setsid()
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
@@ -699,12 +711,12 @@ def _decode_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def main(ctl_fd: int) -> None:
+def main(ctl_fd: int, parent: int) -> None:
+    _die_with_parent(parent)
     ctl = socket.socket(fileno=ctl_fd)
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except Exception:
+        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     msg, _ = _recv_ctl(ctl)
@@ -733,10 +745,11 @@ def main(ctl_fd: int) -> None:
             job_id, job = msg[1], msg[2]
             chan_fd, out_fd = fds
             workdir = tempfile.mkdtemp(prefix="maxcode-job-")
+            me = os.getpid()
             pid = os.fork()
             if pid == 0:
                 ctl.close()
-                _child(job, chan_fd, out_fd, workdir, ref, inputs)
+                _child(job, chan_fd, out_fd, workdir, ref, inputs, me)
             os.close(chan_fd)
             os.close(out_fd)
             _send_ctl(ctl, "forked", job_id, pid)
@@ -747,4 +760,4 @@ def main(ctl_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), int(sys.argv[2]))

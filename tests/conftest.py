@@ -1,0 +1,77 @@
+"""Shared fixtures: run the real ``maxcode`` CLI in a subprocess, in a fresh project dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def verdicts(self) -> list[dict]:
+        return json.loads(self.stdout)
+
+    def by_name(self) -> dict[str, dict]:
+        return {Path(v["candidate"]).name: v for v in self.verdicts}
+
+
+def run_maxcode(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> CliResult:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_maxcode.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A fresh directory holding a copy of tests/data/chain (reference and candidates)."""
+    dest = tmp_path / "proj"
+    shutil.copytree(DATA / "chain", dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def module_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("proj") / "chain"
+    shutil.copytree(DATA / "chain", dest)
+    return dest
