@@ -93,7 +93,9 @@ def cmd_check(ns: argparse.Namespace) -> int:
     progress = (lambda msg: console.log(msg)) if (console and not ns.json) else None
     with Store(default_path(root)) as store:
         run_id = store.begin_run(" ".join(["maxcode", *sys.argv[1:]]), __version__)
-        with Oracle(reference, config, root, store=store, run_id=run_id, progress=progress, candidates_hint=candidates) as oracle:
+        oracle = Oracle(reference, config, root, store=store, run_id=run_id, progress=progress, candidates_hint=candidates)
+        oracle.start_builds(candidates)
+        with oracle:
             verdicts = oracle.check(candidates)
         store.finish_run(run_id)
     if ns.json:

@@ -11,7 +11,8 @@ import json
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -120,18 +121,28 @@ class Oracle:
         self.store = store
         self.run_id = run_id
         self.progress = progress or (lambda _msg: None)
-        self.device = config.device or self._default_device(candidates_hint)
+        self.device = config.device or ("cuda" if any(c.lang == "cuda" for c in candidates_hint) else "cpu")
         self.zygote: Zygote | None = None
         self.workloads: list[Workload] = []
         self._bandwidth: float | None = None
+        self._builds: tuple[list[CandidateSpec], Future] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maxcode-build")
 
-    @staticmethod
-    def _default_device(candidates: Sequence[CandidateSpec]) -> str:
-        import torch
+    def start_builds(self, candidates: Sequence[CandidateSpec]) -> None:
+        """Build the native candidates in the background, e.g. while ``prepare`` runs."""
+        natives = [c for c in candidates if c.format == "native"]
+        if natives:
+            self._builds = (natives, self._executor.submit(self._build, natives))
 
-        if any(c.lang == "cuda" for c in candidates) and torch.cuda.is_available():
-            return "cuda"
-        return "cpu"
+    def _build(self, natives: list[CandidateSpec]) -> list[build_mod.BuildResult]:
+        return build_mod.build_all(
+            [build_mod.Source(c.path, c.lang, c.text) for c in natives],
+            self.cache_dir,
+            cxxflags=self.config.cxxflags,
+            nvccflags=self.config.nvccflags,
+            timeout=self.config.build_timeout,
+            jobs=self.config.jobs,
+        )
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -143,6 +154,7 @@ class Oracle:
         self.close()
 
     def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
         if self.zygote is not None:
             self.zygote.close()
             self.zygote = None
@@ -159,14 +171,18 @@ class Oracle:
 
     def prepare(self) -> None:
         """Start the worker, generate the seeded input sets and the expected outputs."""
+        self.progress(f"loading reference {self.reference.path.name}:{self.reference.name}")
+        self.zygote = Zygote(self.reference.to_worker(), cwd=self.root)
+        self.zygote.launch()  # its torch import overlaps with ours
         import torch
 
         if self.device == "cuda" and not torch.cuda.is_available():
-            raise MaxcodeError("--device cuda: no CUDA device is available on this machine; use --device cpu")
-        self.progress(f"loading reference {self.reference.path.name}:{self.reference.name}")
-        self.zygote = Zygote(self.reference.to_worker(), cwd=self.root)
+            if self.config.device == "cuda":
+                self.close()
+                raise MaxcodeError("--device cuda: no CUDA device is available on this machine; use --device cpu")
+            self.device = "cpu"  # CUDA candidates are still compiled, and reported as such
         try:
-            self.zygote.start()
+            self.zygote.wait_ready()
         except WorkerSetupError as e:
             raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
         seeds = [self.config.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
@@ -219,14 +235,11 @@ class Oracle:
         builds: dict[int, build_mod.BuildResult] = {}
         if natives:
             self.progress(f"building {len(natives)} native candidate(s)")
-            results = build_mod.build_all(
-                [build_mod.Source(c.path, c.lang, c.text) for c in natives],
-                self.cache_dir,
-                cxxflags=self.config.cxxflags,
-                nvccflags=self.config.nvccflags,
-                timeout=self.config.build_timeout,
-                jobs=self.config.jobs,
-            )
+            if self._builds is not None and self._builds[0] == natives:
+                results = self._builds[1].result()
+            else:
+                results = self._build(natives)
+            self._builds = None
             builds = {id(c): r for c, r in zip(natives, results)}
         verdicts = []
         for i, cand in enumerate(candidates, 1):
@@ -285,6 +298,7 @@ class Oracle:
             path=str(built.library) if built is not None else str(cand.path.resolve()),
             build_dir=str(compat_dir),
             time_budget=c.time_budget,
+            min_speedup=c.min_speedup,
             min_rounds=c.min_rounds,
             max_rounds=c.max_rounds,
         )
@@ -402,7 +416,7 @@ class Oracle:
         v.reference_s = stats.geomean([d["reference"]["median_s"] for d in wl_diag.values()])
         v.candidate_s = stats.geomean([d["candidate"]["median_s"] for d in wl_diag.values()])
         if self._bandwidth is None:
-            self._bandwidth = float(probe.bandwidth(self.root / ".maxcode", self.device)["bytes_per_s"])
+            self._bandwidth = float(probe.bandwidth(probe.cache_dir(), self.device)["bytes_per_s"])
         for d in wl_diag.values():
             d["bandwidth_fraction"] = d["achieved_bytes_per_s"] / self._bandwidth
         v.diagnostics["workloads"] = wl_diag

@@ -154,6 +154,14 @@ class Zygote:
     _running: Job | None = None
 
     def start(self, timeout: float = 120.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process and send the setup; ``wait_ready`` collects the answer.
+
+        Split so the caller can do its own slow work (importing torch) meanwhile.
+        """
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         log_r, log_w = os.pipe()
         env = dict(self.env)
@@ -174,6 +182,8 @@ class Zygote:
         self._log.start()
         self.ctl = parent_sock
         self._send("setup", self.reference)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
         msg = self._recv(timeout)
         if msg[0] != "ready":
             self.close()

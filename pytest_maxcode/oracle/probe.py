@@ -57,6 +57,14 @@ def _measure(device: str, nbytes: int = 256 << 20, reps: int = 5) -> float:
     return 2 * n * 4 / best  # one read and one write per element
 
 
+def cache_dir() -> Path:
+    """Per machine, not per project: ``$MAXCODE_CACHE_DIR`` or the user's cache folder."""
+    if os.environ.get("MAXCODE_CACHE_DIR"):
+        return Path(os.environ["MAXCODE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-maxcode"
+
+
 def bandwidth(cache_dir: Path, device: str) -> dict:
     """Measured copy bandwidth in bytes/s for ``device``, from the cache when present."""
     fp = machine_fingerprint(device)

@@ -204,11 +204,14 @@ def reference_source(rows: int, cols: int) -> str:
 # ----------------------------------------------------------------------------- running
 
 
+ENV: dict[str, str] | None = None  # the environment of every 'maxcode check' call (None: ours)
+
+
 def run_check(workdir: Path, files: list[str], extra: list[str]) -> dict:
     """One ``maxcode check`` call in ``workdir``; its wall time and its parsed verdicts."""
     cmd = [sys.executable, "-m", "pytest_maxcode.cli", "check", "ref.py", *files, "--json", *extra]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=ENV)
     wall = time.perf_counter() - start
     try:
         verdicts = json.loads(proc.stdout) if proc.stdout.strip() else []
@@ -271,6 +274,8 @@ def bench_native(parent: Path, ref_text: str, n: int, extra: list[str]) -> dict:
         "statuses": _statuses(vs),
         "compile_s_sum": _sum(v.get("compile_s") for v in vs),
         "eval_s_sum": _sum(v.get("eval_s") for v in vs),
+        # startup (two torch imports), the reference's run, the parallel builds, the bandwidth probe
+        "non_eval_s": round(res["wall_s"] - _sum(v.get("eval_s") for v in vs), 3),
         "build_cached": sum(1 for v in vs if v.get("diagnostics", {}).get("build", {}).get("cached")),
         "candidates": [
             {
@@ -381,14 +386,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-compat", action="store_true", help="skip the load_inline compat candidate")
     p.add_argument("--skip-aa", action="store_true", help="skip the A/A check")
     p.add_argument("--check-args", default="", help="extra arguments for every 'maxcode check' call, one string")
+    p.add_argument("--omp-threads", type=int, help="set OMP_NUM_THREADS for the checks (default: inherited)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directories (their path goes to stderr)")
     ns = p.parse_args(argv)
     extra = ns.check_args.split()
+    global ENV
+    if ns.omp_threads is not None:
+        ENV = dict(os.environ, OMP_NUM_THREADS=str(ns.omp_threads))
 
     ref_text = reference_source(ns.rows, ns.cols)
     report: dict = {
         "machine": machine_info(),
         "workload": {"reference": "tests/data/chain/ref.py", "x": [ns.rows, ns.cols], "bias": [ns.cols], "dtype": "float32"},
+        "OMP_NUM_THREADS": (ENV or os.environ).get("OMP_NUM_THREADS"),
     }
     parent = Path(tempfile.mkdtemp(prefix="maxcode-bench-"))
     try:

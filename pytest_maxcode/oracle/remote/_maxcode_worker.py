@@ -613,8 +613,11 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
     min_rounds, max_rounds = job["min_rounds"], job["max_rounds"]
     max_rechecks = job.get("rechecks", 4)
     rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+    min_speedup = float(job.get("min_speedup", 1.05))
     r = 0
     while r < max_rounds and (r < min_rounds or _NOW() < budget_end):
+        if r >= max(min_rounds, 30) and r % 16 == 0 and _decided(samples["ref"], samples["cand"], min_speedup):
+            break
         order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
         for who in order:
             side = sides[who]
@@ -646,6 +649,23 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
         sync()
         rechecks.append([used[0], [o.detach().to("cpu").clone() for o in sides["cand"].outputs(0)]])
     _send_child(conn, "timing", w["name"], samples["ref"], samples["cand"], k, rechecks)
+
+
+def _decided(ref: list, cand: list, min_speedup: float, margin: float = 0.02) -> bool:
+    """Whether the verdict can no longer change: a quick paired bootstrap of the ratio of
+    medians lies wholly above or below ``min_speedup`` with a margin. Spending the rest of
+    the budget would only narrow an interval whose side is already known."""
+    try:
+        import numpy as np
+    except ImportError:
+        return False
+    a = np.asarray(ref, dtype=np.float64)
+    b = np.maximum(np.asarray(cand, dtype=np.float64), 1.0)
+    rng = np.random.default_rng(len(a))
+    idx = rng.integers(0, len(a), size=(200, len(a)))
+    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    low, high = np.percentile(boot, [1.0, 99.0])
+    return bool(low > min_speedup * (1 + margin) or high < min_speedup * (1 - margin))
 
 
 # ----------------------------------------------------------------------------- child / zygote
