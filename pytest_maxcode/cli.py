@@ -58,8 +58,6 @@ def _config(ns: argparse.Namespace):
 
     if ns.seeds < 2:
         raise MaxcodeError("--seeds: at least 2 random input sets are needed to catch replayed results")
-    if ns.timer == "instructions":
-        raise MaxcodeError("--timer instructions: not available yet in this version; use --timer time")
     return CheckConfig(
         device=ns.device,
         atol=ns.atol,

@@ -83,7 +83,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("seed", "seed of the first random input set; others follow it (default 0)", type=int, default=0, metavar="N"),
     Option("seeds", "number of random input sets (default 3, at least 2)", type=int, default=3, metavar="N"),
     Option("time_budget", "seconds of interleaved timing per candidate and workload (default 0.5)", type=positive_float, default=0.5, metavar="S"),
-    Option("timer", "wall time, or callgrind instruction counts for native C++ candidates (deterministic on noisy machines)", choices=("time", "instructions"), default="time"),
+    Option("timer", "wall time, or callgrind instruction counts of single-threaded runs for native C++ candidates (deterministic on noisy machines; about a minute of start-up under valgrind)", choices=("time", "instructions"), default="time"),
     Option("cxxflags", "g++ flags replacing the defaults (-O3 -march=native -fopenmp -std=c++17), one string", metavar="FLAGS"),
     Option("nvccflags", "nvcc flags replacing the defaults (-O3 -std=c++17), one string; -arch is added", metavar="FLAGS"),
     Option("jobs", "parallel builds (default: one per core)", type=int, metavar="N"),

@@ -9,7 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
+import statistics
+import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,6 +28,8 @@ from .verdict import Verdict
 
 NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 GiB = 1 << 30
+CALLGRIND_SHIM = Path(__file__).parent / "remote" / "_maxcode_callgrind.cpp"
+VALGRIND_SLOWDOWN = 50.0  # time limits stretch by this much when the worker runs under valgrind
 
 
 @dataclass
@@ -125,8 +130,35 @@ class Oracle:
         self.zygote: Zygote | None = None
         self.workloads: list[Workload] = []
         self._bandwidth: float | None = None
+        self._slowdown = 1.0
+        self._cg_dir: Path | None = None
+        if config.timer == "instructions":
+            self._check_instruction_timer(candidates_hint)
+            self._slowdown = VALGRIND_SLOWDOWN
         self._builds: tuple[list[CandidateSpec], Future] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maxcode-build")
+
+    def _check_instruction_timer(self, candidates: Sequence[CandidateSpec]) -> None:
+        if shutil.which("valgrind") is None:
+            raise MaxcodeError("--timer instructions needs valgrind on the PATH (e.g. apt-get install valgrind)")
+        if self.device != "cpu":
+            raise MaxcodeError("--timer instructions counts CPU instructions; use it with --device cpu")
+        others = [c.path.name for c in candidates if c.lang != "cpp"]
+        if others:
+            raise MaxcodeError(
+                f"--timer instructions measures native C++ candidates only; {others[0]} needs --timer time"
+            )
+
+    def _callgrind_wrapper(self, out_dir: Path) -> list[str]:
+        return [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--dump-instr=no",
+            "--dump-line=no",
+            f"--callgrind-out-file={out_dir}/cg.%p",
+            f"--log-file={out_dir}/valgrind.%p.log",
+        ]
 
     def start_builds(self, candidates: Sequence[CandidateSpec]) -> None:
         """Build the native candidates in the background, e.g. while ``prepare`` runs."""
@@ -138,11 +170,16 @@ class Oracle:
         return build_mod.build_all(
             [build_mod.Source(c.path, c.lang, c.text) for c in natives],
             self.cache_dir,
-            cxxflags=self.config.cxxflags,
+            cxxflags=self._cxxflags(),
             nvccflags=self.config.nvccflags,
             timeout=self.config.build_timeout,
             jobs=self.config.jobs,
         )
+
+    def _cxxflags(self) -> list[str] | None:
+        if self.config.cxxflags is None and self.config.timer == "instructions":
+            return list(build_mod.VALGRIND_CXXFLAGS)
+        return self.config.cxxflags
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -158,6 +195,9 @@ class Oracle:
         if self.zygote is not None:
             self.zygote.close()
             self.zygote = None
+        if self._cg_dir is not None:
+            shutil.rmtree(self._cg_dir, ignore_errors=True)
+            self._cg_dir = None
 
     def _limits(self) -> dict[str, Any]:
         c = self.config
@@ -165,7 +205,7 @@ class Oracle:
             "device": self.device,
             "model_seed": c.seed,
             "max_memory": c.max_memory,
-            "cpu_seconds": int((c.timeout + c.build_timeout) * (os.cpu_count() or 1)) + 10,
+            "cpu_seconds": int((c.timeout * self._slowdown + c.build_timeout) * (os.cpu_count() or 1)) + 10,
             "max_file_bytes": 2 * GiB,
         }
 
@@ -173,6 +213,19 @@ class Oracle:
         """Start the worker, generate the seeded input sets and the expected outputs."""
         self.progress(f"loading reference {self.reference.path.name}:{self.reference.name}")
         self.zygote = Zygote(self.reference.to_worker(), cwd=self.root)
+        self._timer_job: dict[str, Any] = {"timer": self.config.timer}
+        if self.config.timer == "instructions":
+            cg_dir = self._cg_dir = Path(tempfile.mkdtemp(prefix="maxcode-callgrind-"))
+            shim = build_mod.build_all(
+                [build_mod.Source(CALLGRIND_SHIM, "cpp")], self.cache_dir, cxxflags=["-O2"], timeout=self.config.build_timeout
+            )[0]
+            if not shim.ok:
+                raise MaxcodeError(f"--timer instructions: cannot build the callgrind shim: {' '.join(shim.errors)[:300]}")
+            self.zygote.wrapper = self._callgrind_wrapper(cg_dir)
+            # one thread: a waiting thread's spin loop would otherwise count as work
+            self.zygote.env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+            self._timer_job.update(callgrind_shim=str(shim.library), callgrind_dir=str(cg_dir))
+            self.progress("starting the worker under valgrind (importing torch there takes a minute or two)")
         self.zygote.launch()  # its torch import overlaps with ours
         import torch
 
@@ -182,7 +235,7 @@ class Oracle:
                 raise MaxcodeError("--device cuda: no CUDA device is available on this machine; use --device cpu")
             self.device = "cpu"  # CUDA candidates are still compiled, and reported as such
         try:
-            self.zygote.wait_ready()
+            self.zygote.wait_ready(timeout=120.0 * self._slowdown)
         except WorkerSetupError as e:
             raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
         seeds = [self.config.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
@@ -211,7 +264,7 @@ class Oracle:
 
     def _run_reference(self, job: dict[str, Any]) -> None:
         assert self.zygote is not None
-        child = self.zygote.spawn(job, timeout=self.config.timeout + self.config.build_timeout, max_message=1 << 20)
+        child = self.zygote.spawn(job, timeout=self.config.timeout * self._slowdown + self.config.build_timeout, max_message=1 << 20)
         result: tuple | None = None
         try:
             for msg in child.messages():
@@ -293,6 +346,7 @@ class Oracle:
             compat_dir.mkdir(parents=True, exist_ok=True)
         return dict(
             self._limits(),
+            **self._timer_job,
             kind="candidate",
             format=cand.format,
             path=str(built.library) if built is not None else str(cand.path.resolve()),
@@ -310,7 +364,8 @@ class Oracle:
         out_bytes = sum(w.out_bytes for w in self.workloads)
         max_message = 64 * max(out_bytes, 1) + (16 << 20)
         start = time.monotonic()
-        first_timeout = c.timeout + (c.build_timeout if cand.format == "compat" else 0)
+        timeout = c.timeout * self._slowdown
+        first_timeout = timeout + (c.build_timeout if cand.format == "compat" else 0)
         child = self.zygote.spawn(self._job(cand, built), timeout=first_timeout, max_message=max_message)
         timings: dict[str, tuple[list[int], list[int], int]] = {}
         finished = False
@@ -320,7 +375,7 @@ class Oracle:
                 if kind == "loaded":
                     if cand.format == "compat":
                         v.compile_s = round(float(msg[1]), 4)
-                    child.deadline = time.monotonic() + c.timeout
+                    child.deadline = time.monotonic() + timeout
                 elif kind == "outputs":
                     w = by_name[msg[1]]
                     mismatch = compare(w.expected[msg[2]], msg[3], c.atol, c.rtol)
@@ -355,7 +410,7 @@ class Oracle:
         except JobTimeout as e:
             child.kill()
             v.status = "timeout"
-            limit = first_timeout if "load" in str(e) else c.timeout
+            limit = first_timeout if "load" in str(e) else timeout
             v.reasons = [f"did not finish within {limit:.0f} s (during {e})"]
         except ChildGone as e:
             v.status = "crash"
@@ -390,6 +445,8 @@ class Oracle:
     def _score(self, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> None:
         from . import probe, stats
 
+        if self.config.timer == "instructions":
+            return self._score_instructions(v, timings)
         per = []
         wl_diag = {}
         for w in self.workloads:
@@ -411,8 +468,6 @@ class Oracle:
             }
             wl_diag[w.name] = d
         sp = stats.speedup(per)
-        v.speedup = round(sp.point, 4)
-        v.speedup_ci = [round(sp.low, 4), round(sp.high, 4)]
         v.reference_s = stats.geomean([d["reference"]["median_s"] for d in wl_diag.values()])
         v.candidate_s = stats.geomean([d["candidate"]["median_s"] for d in wl_diag.values()])
         if self._bandwidth is None:
@@ -421,7 +476,29 @@ class Oracle:
             d["bandwidth_fraction"] = d["achieved_bytes_per_s"] / self._bandwidth
         v.diagnostics["workloads"] = wl_diag
         v.diagnostics["machine_bytes_per_s"] = self._bandwidth
+        self._decide(v, sp)
+
+    def _score_instructions(self, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> None:
+        from . import stats
+
+        per = [(timings[w.name][0], timings[w.name][1]) for w in self.workloads]
+        v.diagnostics["workloads"] = {
+            w.name: {
+                "reference_instructions": statistics.median(ref),
+                "candidate_instructions": statistics.median(cand),
+                "reference_counts": list(ref),
+                "candidate_counts": list(cand),
+                "rounds": len(ref),
+            }
+            for w, (ref, cand) in zip(self.workloads, per)
+        }
+        self._decide(v, stats.speedup(per))
+
+    def _decide(self, v: Verdict, sp: Any) -> None:
+        v.speedup = round(sp.point, 4)
+        v.speedup_ci = [round(sp.low, 4), round(sp.high, 4)]
         v.diagnostics["device"] = self.device
+        v.diagnostics["timer"] = self.config.timer
         if sp.faster(self.config.min_speedup):
             v.status = "faster"
             v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] clears {self.config.min_speedup}"]

@@ -152,6 +152,7 @@ class Zygote:
     _next_id: int = 0
     _log: CappedReader | None = None
     _running: Job | None = None
+    wrapper: list[str] = field(default_factory=list)  # e.g. valgrind for instruction counts
 
     def start(self, timeout: float = 120.0) -> None:
         self.launch()
@@ -167,7 +168,7 @@ class Zygote:
         env = dict(self.env)
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", str(WORKER), str(child_sock.fileno()), str(os.getpid())],
+            [*self.wrapper, sys.executable, "-u", str(WORKER), str(child_sock.fileno()), str(os.getpid())],
             pass_fds=[child_sock.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=log_w,

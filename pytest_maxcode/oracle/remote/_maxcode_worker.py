@@ -20,6 +20,7 @@ import time
 _NOW = time.perf_counter_ns  # bound before any candidate code exists in this process
 
 import ctypes  # noqa: E402
+import gc  # noqa: E402
 import importlib.util  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
@@ -552,9 +553,12 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
         if left:
             raise CandidateError("rejected", f"the candidate left {len(left)} process(es) running")
 
+    gc.collect()
+    gc.disable()  # a collection inside a timed call is noise, not the kernel's cost
     for w in inputs:
         _send_child(conn, "stage", f"time {w['name']}")
         _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn)
+    gc.enable()
 
     patched = _patched(before)
     if patched:
@@ -565,9 +569,67 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
     _send_child(conn, "done")
 
 
+class _Callgrind:
+    """Instruction counts per call from callgrind dumps (the process runs under valgrind)."""
+
+    def __init__(self, shim: str, out_dir: str) -> None:
+        self.lib = ctypes.CDLL(shim)
+        self.lib.maxcode_cg_dump.argtypes = [ctypes.c_char_p]
+        if not self.lib.maxcode_cg_running():
+            raise CandidateError("runtime_error", "--timer instructions: the worker is not running under valgrind")
+        self.prefix = os.path.join(out_dir, f"cg.{os.getpid()}.")
+        self.dumps = 0
+
+    def count(self, run) -> int:
+        self.lib.maxcode_cg_toggle()
+        run()
+        self.lib.maxcode_cg_toggle()
+        self.lib.maxcode_cg_dump(b"maxcode")
+        self.dumps += 1
+        path = f"{self.prefix}{self.dumps}"
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(("summary:", "totals:")):
+                        return int(line.split()[1])
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        raise CandidateError("runtime_error", f"callgrind wrote no count to {path}")
+
+
+def _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn) -> None:
+    """Deterministic timing: callgrind instruction counts, alternating, rotating inputs."""
+    cg = _Callgrind(job["callgrind_shim"], job["callgrind_dir"])
+    sides = {
+        "ref": _Side("reference", w["sets"], 1, "cpu", ref_fn, extras_ref, w["out_meta"], False),
+        "cand": _Side("candidate", w["sets"], 1, "cpu", cand, extras_cand, w["out_meta"], True),
+    }
+    for side in sides.values():  # warm-up: first-call costs (lazy binding, page faults) are not the kernel's
+        side.refill(0, 0)
+        side.run(0)
+        side.discard()
+    samples: dict[str, list[int]] = {"ref": [], "cand": []}
+    rechecks = []
+    for r in range(int(job.get("instruction_rounds", 9))):
+        for who in (("ref", "cand") if r % 2 == 0 else ("cand", "ref")):
+            side = sides[who]
+            used = side.refill(r + (who == "cand"), poison=r)
+            samples[who].append(cg.count(lambda: side.run(0)))
+            if who == "cand":
+                rechecks.append([used[0], [o.detach().clone() for o in side.outputs(0)]])
+            side.discard()
+    _send_child(conn, "timing", w["name"], samples["ref"], samples["cand"], 1, rechecks)
+
+
 def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) -> None:
     """Interleaved timing: ABBA order, warm-up, rotating inputs, re-checked outputs."""
     import torch
+
+    if job.get("timer") == "instructions":
+        return _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn)
 
     device = job["device"]
     sets = w["sets"]

@@ -1,0 +1,50 @@
+"""The slower paths, each run once: callgrind instruction counts and a load_inline compat build."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import run_maxcode
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instruction_timer_is_deterministic_and_still_checks(project: Path) -> None:
+    r = run_maxcode(
+        ["check", "ref.py", "good.cpp", "cheats/zeros.cpp", "--timer", "instructions", "--json"], cwd=project
+    )
+    assert r.returncode == 1, r.stderr
+    good, zeros = r.verdicts
+    assert zeros["status"] == "wrong"
+    assert good["status"] in ("faster", "not_faster"), good
+    w = good["diagnostics"]["workloads"]["default"]
+    assert good["diagnostics"]["timer"] == "instructions"
+    for counts in (w["reference_counts"], w["candidate_counts"]):
+        assert len(counts) == 9
+        assert max(counts) / min(counts) < 1.05  # single-threaded counts barely move
+    ratio = w["reference_instructions"] / w["candidate_instructions"]
+    assert good["speedup"] == pytest.approx(ratio, rel=1e-3)
+    assert good["speedup_ci"][1] / good["speedup_ci"][0] < 1.05
+
+
+def test_instruction_timer_refuses_what_it_cannot_count(project: Path) -> None:
+    r = run_maxcode(["check", "ref.py", "same_as_reference.py", "--timer", "instructions"], cwd=project)
+    assert r.returncode == 2
+    assert "native C++ candidates only" in r.stderr.strip().splitlines()[-1]
+
+
+def test_load_inline_compat_candidate(project: Path) -> None:
+    r = run_maxcode(["check", "ref.py", "inline_ext.py", "--json", "--time-budget", "0.2"], cwd=project, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (v,) = r.verdicts
+    assert v["status"] in ("faster", "not_faster")
+    assert v["compile_s"] > 1.0  # the extension really was built
+    built = list((project / ".maxcode" / "build" / "compat").rglob("*.so"))
+    assert len(built) == 1 and "chain_ext_" in built[0].name  # named by content hash
+    # a second check reuses the build
+    again = run_maxcode(["check", "ref.py", "inline_ext.py", "--json", "--time-budget", "0.2"], cwd=project)
+    assert again.verdicts[0]["compile_s"] < v["compile_s"] / 3
