@@ -132,6 +132,7 @@ class Oracle:
         self._bandwidth: float | None = None
         self._slowdown = 1.0
         self._cg_dir: Path | None = None
+        self._inputs_path: Path | None = None
         if config.timer == "instructions":
             self._check_instruction_timer(candidates_hint)
             self._slowdown = VALGRIND_SLOWDOWN
@@ -195,6 +196,9 @@ class Oracle:
         if self.zygote is not None:
             self.zygote.close()
             self.zygote = None
+        if self._inputs_path is not None:
+            self._inputs_path.unlink(missing_ok=True)
+            self._inputs_path = None
         if self._cg_dir is not None:
             shutil.rmtree(self._cg_dir, ignore_errors=True)
             self._cg_dir = None
@@ -250,17 +254,17 @@ class Oracle:
             inputs_out=str(inputs_path),
             expected_out=str(expected_path),
         )
+        # the inputs file stays until close(), so a replaced zygote can load it again
+        self._inputs_path = inputs_path
         try:
             self._run_reference(job)
             for w in torch.load(expected_path, weights_only=True):
                 wl = Workload(w["name"], w["expected"], int(w["in_bytes"]))
                 wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
                 self.workloads.append(wl)
-            expected_path.unlink()
-            self.zygote.load_inputs(str(inputs_path))
         finally:
             expected_path.unlink(missing_ok=True)
-            inputs_path.unlink(missing_ok=True)
+        self.zygote.load_inputs(str(inputs_path))
 
     def _run_reference(self, job: dict[str, Any]) -> None:
         assert self.zygote is not None

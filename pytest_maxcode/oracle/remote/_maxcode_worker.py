@@ -345,7 +345,7 @@ def _same_bits(a, b) -> bool:
 class _Candidate:
     """A loaded candidate behind one call signature: run(slot inputs, slot outputs)."""
 
-    def __init__(self, job: dict, ref: Reference, conn: Connection) -> None:
+    def __init__(self, job: dict, ref: Reference) -> None:
         import torch
 
         self.device = job["device"]
@@ -389,7 +389,7 @@ class _Candidate:
 
 def _is_build_error(e: BaseException) -> bool:
     text = f"{type(e).__name__} {e}"
-    return "Error building extension" in text or "ninja" in text.lower() and "error" in text.lower()
+    return "Error building extension" in text or ("ninja" in text.lower() and "error" in text.lower())
 
 
 def _one_line_exc(e: BaseException) -> str:
@@ -512,7 +512,7 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
     before = _timer_identities()
     ref_fn, extras_ref = ref.make(device, job["model_seed"])
     _send_child(conn, "stage", "load")
-    cand = _Candidate(job, ref, conn)
+    cand = _Candidate(job, ref)
     patched = _patched(before)
     if patched:
         raise CandidateError("rejected", "the candidate replaced " + ", ".join(patched))
@@ -754,7 +754,6 @@ def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     conn = Connection(chan_fd)
-    code = 0
     try:
         _set_limits(job)
         if job["device"] == "cuda":
@@ -777,7 +776,7 @@ def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | 
             sys.stderr.flush()
         except Exception:
             pass
-        os._exit(code)
+        os._exit(0)
 
 
 def _report(conn: Connection, status: str, message: str, detail: str = "") -> None:

@@ -1,0 +1,32 @@
+"""The oracle as the search uses it: one warm Oracle, several batches."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
+from pytest_maxcode.oracle.reference import parse_reference
+
+
+def test_a_dead_worker_is_replaced_between_batches(project: Path) -> None:
+    os.chdir(project)
+    config = CheckConfig(time_budget=0.1, timeout=30)
+    with Oracle(parse_reference("ref.py"), config, project) as oracle:
+        (first,) = oracle.check([CandidateSpec.from_path("good.cpp")])
+        assert first.correct
+        os.killpg(oracle.zygote.proc.pid, signal.SIGKILL)
+        oracle.zygote.proc.wait()
+        second, wrong = oracle.check([CandidateSpec.from_path("good.cpp"), CandidateSpec.from_path("cheats/zeros.cpp")])
+        assert second.correct, second.reasons
+        assert wrong.status == "wrong"
+    assert not list((project / ".maxcode" / "runs").iterdir())  # nothing left on disk
+
+
+def test_expected_outputs_never_reach_the_disk_a_candidate_can_read(project: Path) -> None:
+    os.chdir(project)
+    with Oracle(parse_reference("ref.py"), CheckConfig(time_budget=0.1), project) as oracle:
+        files = [p.name for p in (project / ".maxcode" / "runs").iterdir()]
+        assert files and all(name.endswith("-inputs.pt") for name in files)
+        assert oracle.workloads[0].expected
