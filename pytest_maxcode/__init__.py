@@ -8,5 +8,6 @@ Heavy parts (torch, the oracle) are imported only when used.
 
 from ._version import __version__
 from .errors import MaxcodeError
+from .targets.decorator import MaxcodeWarning, optimize
 
-__all__ = ["MaxcodeError", "__version__"]
+__all__ = ["MaxcodeError", "MaxcodeWarning", "__version__", "optimize"]

@@ -50,7 +50,53 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("candidates", metavar="CANDIDATE", nargs="+")
     check.add_argument("--inputs", metavar="FILE.py:FUNCTION", help="the function that returns one input set (for FILE.py:FUNCTION references)")
     options.add_to_argparse(check, "check")
+    status = sub.add_parser(
+        "status",
+        help="list every locked target as active, stale, missing or device-mismatch",
+        description=(
+            "Read the nearest maxcode.lock and say, for each target, whether its kernel would run here. "
+            "Exit status 1 when any kernel is stale or missing (re-run pytest --maxcode), else 0."
+        ),
+    )
+    status.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     return parser
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    from .targets.accept import reference_hash_in_file
+    from .targets.dispatch import entry_state
+    from .targets.lock import find_lock, read_lock
+
+    lock = find_lock(Path.cwd())
+    if lock is None:
+        sys.stderr.write("maxcode: no maxcode.lock here or above; no kernel is accepted yet\n")
+        return 0
+    try:
+        entries = read_lock(lock)
+    except ValueError as e:
+        raise MaxcodeError(str(e)) from None
+    root = lock.parent
+    rows = []
+    for target, entry in sorted(entries.items()):
+        ref_file, qualname = entry.extra.get("reference_file"), entry.extra.get("qualname")
+        current = reference_hash_in_file(root / ref_file, qualname) if ref_file and qualname else None
+        state, why = entry_state(entry, root, current)
+        rows.append({"target": target, "state": state, "reason": why, "kernel": entry.kernel, "speedup": entry.speedup})
+    if ns.json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=str(lock))
+        for col in ("target", "state", "kernel", "speedup", "why"):
+            table.add_column(col)
+        style = {"active": "green", "stale": "red", "missing": "red", "device-mismatch": "yellow"}
+        for r in rows:
+            table.add_row(r["target"], f"[{style[r['state']]}]{r['state']}[/]", r["kernel"], f"{r['speedup']:.3g}x", r["reason"])
+        Console().print(table)
+    return 1 if any(r["state"] in ("stale", "missing") for r in rows) else 0
 
 
 def _config(ns: argparse.Namespace):
@@ -156,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if ns.command == "check":
             return cmd_check(ns)
+        if ns.command == "status":
+            return cmd_status(ns)
     except MaxcodeError as e:
         sys.stderr.write(f"maxcode: error: {e}\n")
         return 2

@@ -1,0 +1,1 @@
+"""The targets layer: the decorator, target ids, the lock file and runtime dispatch."""

@@ -1,0 +1,68 @@
+"""Accepting a verified kernel: its file under ``maxcode_kernels/`` and its lock entry."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .._version import __version__
+from .decorator import normalized_source_in_file
+from .lock import KERNELS_DIR, LOCK_NAME, LockEntry, read_lock, sha256_text, write_lock
+
+EXTENSIONS = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
+
+
+def reference_hash_in_file(reference_file: Path, qualname: str) -> str | None:
+    source = normalized_source_in_file(reference_file, qualname)
+    return None if source is None else sha256_text(source)
+
+
+def accept(
+    root: Path,
+    *,
+    target_id: str,
+    reference_file: Path,
+    qualname: str,
+    kernel_source: str,
+    lang: str,
+    device: str,
+    arch: str,
+    speedup: float,
+    speedup_ci: Sequence[float],
+    signatures: Sequence[Sequence[Sequence[Any]]] = (),
+) -> LockEntry:
+    """Write the kernel and its entry; the kernel file first, so the lock never names a missing file."""
+    ref_hash = reference_hash_in_file(reference_file, qualname)
+    if ref_hash is None:
+        raise ValueError(f"{reference_file}: cannot find {qualname} to hash it")
+    kernels = root / KERNELS_DIR
+    kernels.mkdir(exist_ok=True)
+    kernel = kernels / f"{target_id}{EXTENSIONS[lang]}"
+    tmp = kernel.with_name(f".{kernel.name}.tmp")
+    tmp.write_text(kernel_source)
+    tmp.replace(kernel)
+    entry = LockEntry(
+        target=target_id,
+        reference_hash=ref_hash,
+        kernel=kernel.relative_to(root).as_posix(),
+        kernel_hash=hashlib.sha256(kernel.read_bytes()).hexdigest(),
+        lang=lang,
+        device=device,
+        arch=arch,
+        speedup=round(float(speedup), 4),
+        speedup_ci=[round(float(x), 4) for x in speedup_ci],
+        date=time.strftime("%Y-%m-%d"),
+        tool_version=__version__,
+        extra={
+            "reference_file": reference_file.resolve().relative_to(root.resolve()).as_posix(),
+            "qualname": qualname,
+            **({"signatures": [list(map(list, s)) for s in signatures]} if signatures else {}),
+        },
+    )
+    lock = root / LOCK_NAME
+    entries = dict(read_lock(lock)) if lock.exists() else {}
+    entries[target_id] = entry
+    write_lock(lock, entries)
+    return entry

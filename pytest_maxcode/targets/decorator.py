@@ -1,0 +1,222 @@
+"""``@maxcode.optimize``: mark a function or ``nn.Module`` as a target.
+
+Outside ``pytest --maxcode`` and without an accepted kernel, the wrapper costs one
+attribute load and a ``None`` test over the bare call. Everything else (capture, the
+lock file's kernel) is installed into the handle's ``_impl`` slot when it applies.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import os
+import textwrap
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .lock import find_lock, read_lock, sha256_text
+
+LANGS = ("auto", "cpp", "cuda")
+
+#: every decorated target in this process, by id (the plugin reads this)
+REGISTRY: dict[str, "TargetHandle"] = {}
+
+
+class MaxcodeWarning(UserWarning):
+    """A target fell back to its reference (stale kernel, failed build, ...)."""
+
+
+@dataclass
+class TargetOptions:
+    lang: str = "auto"
+    atol: float | None = None
+    rtol: float | None = None
+    inputs: Callable[[], Any] | None = None
+    min_speedup: float | None = None
+    budget: int | None = None
+    inplace: bool = False
+
+
+@dataclass(eq=False)
+class TargetHandle:
+    """State of one target, reachable as ``fn.maxcode`` (or ``Module.maxcode``)."""
+
+    id: str
+    kind: str  # "function" | "module"
+    reference: Callable[..., Any]  # the undecorated function, or the original forward
+    owner: type | None  # the nn.Module subclass, for module targets
+    options: TargetOptions
+    source_file: str | None
+    active: str = "reference"  # "reference" | "kernel" | "capture"
+    reason: str = "no accepted kernel in maxcode.lock"
+    _impl: Callable[..., Any] | None = None
+    _warned: set[str] = field(default_factory=set)
+
+    def __repr__(self) -> str:
+        return f"<maxcode target {self.id}: {self.active} ({self.reason})>"
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"maxcode: {self.id}: {message}", MaxcodeWarning, stacklevel=3)
+
+    def use_reference(self, reason: str) -> None:
+        self._impl = None
+        self.active = "reference"
+        self.reason = reason
+
+    def reference_hash(self) -> str:
+        """Hash of the reference's code, decorators, comments and layout excluded."""
+        obj = self.owner if self.owner is not None else self.reference
+        return sha256_text(normalized_source(obj))
+
+
+def _normalize(node: ast.AST) -> str:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        node.decorator_list = []
+    return ast.unparse(node)
+
+
+def normalized_source(obj: Any) -> str:
+    """The code that defines ``obj``, without decorators, comments or layout."""
+    source = textwrap.dedent(inspect.getsource(obj))
+    try:
+        node = ast.parse(source).body[0]
+    except (SyntaxError, IndexError):
+        return source
+    return _normalize(node)
+
+
+def normalized_source_in_file(path: Path, qualname: str) -> str | None:
+    """As ``normalized_source``, found by qualified name without importing the file."""
+    try:
+        body: list[ast.stmt] = ast.parse(path.read_text()).body
+    except (OSError, SyntaxError):
+        return None
+    node: ast.AST | None = None
+    for part in qualname.split("."):
+        node = next(
+            (n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part),
+            None,
+        )
+        if node is None:
+            return None
+        body = node.body  # type: ignore[attr-defined]
+    return _normalize(node) if node is not None else None
+
+
+def _source_file(obj: Any) -> str | None:
+    try:
+        return inspect.getsourcefile(obj)
+    except (OSError, TypeError):
+        return None  # defined interactively: no lock file can name it
+
+
+def _target_id(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def optimize(
+    obj: Any = None,
+    *,
+    lang: str = "auto",
+    atol: float | None = None,
+    rtol: float | None = None,
+    inputs: Callable[[], Any] | None = None,
+    min_speedup: float | None = None,
+    budget: int | None = None,
+    inplace: bool = False,
+) -> Any:
+    """Mark a hot function or ``nn.Module`` subclass for optimization.
+
+    Usable bare (``@maxcode.optimize``) or with options (``@maxcode.optimize(lang="cuda")``).
+    """
+    if lang not in LANGS:
+        raise ValueError(f"maxcode.optimize: lang={lang!r}; expected one of {', '.join(LANGS)}")
+    if inputs is not None and not callable(inputs):
+        raise TypeError("maxcode.optimize: inputs= must be a function returning a list of arguments")
+    if budget is not None and (not isinstance(budget, int) or budget < 1):
+        raise ValueError("maxcode.optimize: budget= must be a positive number of candidates")
+    options = TargetOptions(lang, atol, rtol, inputs, min_speedup, budget, inplace)
+    if obj is None:
+        return lambda o: _decorate(o, options)
+    return _decorate(obj, options)
+
+
+def _decorate(obj: Any, options: TargetOptions) -> Any:
+    if isinstance(obj, type):
+        return _decorate_module(obj, options)
+    if not callable(obj):
+        raise TypeError(f"maxcode.optimize: expected a function or an nn.Module subclass, got {type(obj).__name__}")
+    if inspect.isgeneratorfunction(obj) or inspect.isasyncgenfunction(obj):
+        raise TypeError(f"maxcode.optimize: {obj.__qualname__} is a generator; only functions that return their result can be optimized")
+    if inspect.iscoroutinefunction(obj):
+        raise TypeError(f"maxcode.optimize: {obj.__qualname__} is async; only plain functions can be optimized")
+    if not (inspect.isfunction(obj) or inspect.isbuiltin(obj)):
+        raise TypeError(f"maxcode.optimize: {type(obj).__name__} objects are not supported; decorate a function or an nn.Module subclass")
+    handle = TargetHandle(_target_id(obj), "function", obj, None, options, _source_file(obj))
+    fn = obj
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        impl = handle._impl
+        if impl is None:
+            return fn(*args, **kwargs)
+        return impl(fn, args, kwargs)
+
+    wrapper.maxcode = handle  # type: ignore[attr-defined]
+    _register(handle)
+    return wrapper
+
+
+def _decorate_module(cls: type, options: TargetOptions) -> type:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        raise TypeError("maxcode.optimize: classes must be torch.nn.Module subclasses (torch is not installed)") from None
+    if not issubclass(cls, torch.nn.Module):
+        raise TypeError(f"maxcode.optimize: class {cls.__qualname__} is not an nn.Module subclass; decorate its method's function instead")
+    forward = cls.__dict__.get("forward")
+    if forward is None:
+        raise TypeError(f"maxcode.optimize: {cls.__qualname__} defines no forward()")
+    if inspect.isgeneratorfunction(forward):
+        raise TypeError(f"maxcode.optimize: {cls.__qualname__}.forward is a generator")
+    handle = TargetHandle(_target_id(cls), "module", forward, cls, options, _source_file(cls))
+
+    @functools.wraps(forward)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        impl = handle._impl
+        if impl is None:
+            return forward(self, *args, **kwargs)
+        return impl(forward, (self, *args), kwargs)
+
+    cls.forward = wrapper  # type: ignore[attr-defined]
+    cls.maxcode = handle  # type: ignore[attr-defined]
+    _register(handle)
+    return cls
+
+
+def _register(handle: TargetHandle) -> None:
+    REGISTRY[handle.id] = handle
+    if os.environ.get("MAXCODE_DISABLE", "") not in ("", "0"):
+        handle.reason = "MAXCODE_DISABLE is set"
+        return
+    if handle.source_file is None:
+        return
+    lock = find_lock(Path(handle.source_file).resolve().parent)
+    if lock is None:
+        return
+    try:
+        entries = read_lock(lock)
+    except ValueError as e:
+        handle.warn_once("lock", str(e))
+        return
+    entry = entries.get(handle.id)
+    if entry is None:
+        return
+    from .dispatch import install
+
+    install(handle, entry, lock.parent)

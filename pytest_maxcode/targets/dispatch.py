@@ -1,0 +1,191 @@
+"""Runtime dispatch to an accepted kernel, with every way back to the reference.
+
+The kernel runs only when its lock entry is current (reference and kernel hashes
+match), the arguments are laid out as in verification (dtypes, ranks, contiguity),
+the tensors are on the verified device, and autograd needs no graph. Anything else,
+or any failure to build, load or run, warns once and calls the reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Callable
+
+from .decorator import TargetHandle
+from .lock import LockEntry
+
+
+def entry_state(entry: LockEntry, root: Path, reference_hash: str | None) -> tuple[str, str]:
+    """``active``, ``stale``, ``missing`` or ``device-mismatch``, and why (``maxcode status``)."""
+    kernel = root / entry.kernel
+    if not kernel.is_file():
+        return "missing", f"{entry.kernel} does not exist"
+    if hashlib.sha256(kernel.read_bytes()).hexdigest() != entry.kernel_hash:
+        return "stale", f"{entry.kernel} changed since it was verified"
+    if reference_hash is None:
+        return "stale", "the reference's source cannot be found"
+    if reference_hash != entry.reference_hash:
+        return "stale", "the reference changed since the kernel was verified"
+    if entry.device == "cuda":
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                return "device-mismatch", "verified on CUDA; no GPU here"
+            from ..oracle.build import cuda_arch
+
+            if entry.arch and entry.arch != cuda_arch():
+                return "device-mismatch", f"verified on {entry.arch}; this GPU is {cuda_arch()}"
+        except ImportError:
+            return "device-mismatch", "verified on CUDA; torch is not installed"
+    return "active", f"{entry.kernel}: {entry.speedup:.3g}x, verified {entry.date}"
+
+
+def install(handle: TargetHandle, entry: LockEntry, root: Path) -> None:
+    try:
+        current: str | None = handle.reference_hash()
+    except (OSError, TypeError):
+        current = None
+    state, why = entry_state(entry, root, current)
+    if state != "active":
+        if state == "stale":
+            handle.warn_once("stale", f"{why}; falling back to the reference (re-run pytest --maxcode)")
+        handle.use_reference(f"{state}: {why}")
+        return
+    if entry.lang == "py":
+        handle._impl = CompatDispatcher(handle, entry, root)
+    else:
+        handle._impl = NativeDispatcher(handle, entry, root)
+    handle.active = "kernel"
+    handle.reason = why
+
+
+def _arg_class(v: Any) -> tuple:
+    """What verification fixed about an argument: dtype, rank and contiguity (not sizes)."""
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return (str(v.dtype).replace("torch.", ""), v.dim(), v.is_contiguous())
+    return (type(v).__name__,)
+
+
+class NativeDispatcher:
+    def __init__(self, handle: TargetHandle, entry: LockEntry, root: Path) -> None:
+        self.handle = handle
+        self.entry = entry
+        self.root = root
+        self.device = entry.device
+        self.kernel: Any = None
+        self.lock = threading.Lock()
+        self.out_meta: dict[tuple, list[tuple[Any, Any]]] = {}
+        sigs = entry.extra.get("signatures")
+        self.signatures = {tuple(tuple(a) for a in s) for s in sigs} if sigs else None
+
+    def _fallback(self, key: str, message: str) -> None:
+        self.handle.warn_once(key, f"{message}; using the reference")
+
+    def _load(self) -> Any:
+        with self.lock:
+            if self.kernel is None:
+                from ..oracle import build
+                from ..oracle.remote._maxcode_abi import NativeKernel
+
+                src = build.Source(self.root / self.entry.kernel, self.entry.lang)
+                result = build.build_all([src], self.root / ".maxcode" / "build")[0]
+                if not result.ok:
+                    first = (result.errors or ["the build failed"])[0].splitlines()[0]
+                    raise RuntimeError(f"the kernel does not build: {first}"[:300])
+                self.kernel = NativeKernel(str(result.library))
+        return self.kernel
+
+    def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        if kwargs:
+            return ref(*args, **kwargs)
+        h = self.handle
+        if h.kind == "module":
+            module, call_args = args[0], args[1:]
+            extras = [p.detach() for _, p in module.named_parameters()] + [b.detach() for _, b in module.named_buffers()]
+        else:
+            call_args, extras = args, []
+        tensors = [v for v in (*call_args, *extras) if isinstance(v, torch.Tensor)]
+        if any(t.device.type != self.device for t in tensors):
+            self._fallback("device", f"inputs are not on {self.device}")
+            return ref(*args)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return ref(*args)  # autograd needs the reference's graph; quietly the normal case in training
+        classes = tuple(_arg_class(v) for v in call_args)
+        if self.signatures is not None and classes not in self.signatures:
+            self._fallback(f"sig{classes}", f"arguments {classes} differ from the verified layouts")
+            return ref(*args)
+        key = tuple((tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else (type(v), v) for v in call_args)
+        meta = self.out_meta.get(key)
+        if meta is None:
+            # output shapes come from the reference, once per input signature
+            result = ref(*args)
+            outs = result if isinstance(result, (tuple, list)) else (result,)
+            if all(isinstance(o, torch.Tensor) for o in outs):
+                self.out_meta[key] = [(o.shape, o.dtype) for o in outs]
+            return result
+        try:
+            kernel = self.kernel or self._load()
+            from ..oracle.remote._maxcode_abi import TensorArray, as_abi_tensors
+
+            device = tensors[0].device if tensors else torch.device(self.device)
+            outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in meta]
+            stream = torch.cuda.current_stream(device).cuda_stream if self.device == "cuda" else None
+            rc = kernel.run(TensorArray(as_abi_tensors(call_args, device) + extras), TensorArray(outs), stream)
+        except Exception as e:  # noqa: BLE001 - any failure falls back
+            self.handle.use_reference(f"kernel failed: {e}")
+            self._fallback("load", f"the accepted kernel failed ({e})")
+            return ref(*args)
+        if rc != 0:
+            self._fallback("rc", f"the kernel returned {rc}")
+            return ref(*args)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+class CompatDispatcher:
+    """An accepted compat kernel (a ``.py`` file defining ``ModelNew`` or the function)."""
+
+    def __init__(self, handle: TargetHandle, entry: LockEntry, root: Path) -> None:
+        self.handle = handle
+        self.path = root / entry.kernel
+        self.impl: Any = None
+        self.instances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _load(self) -> Any:
+        spec = importlib.util.spec_from_file_location(f"maxcode_kernel_{self.handle.id.replace('.', '_')}", self.path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        name = "ModelNew" if self.handle.kind == "module" else self.handle.reference.__name__
+        impl = getattr(module, name, None) or getattr(module, "ModelNew", None)
+        if impl is None:
+            raise RuntimeError(f"{self.path.name} defines no {name}")
+        return impl
+
+    def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        try:
+            if self.impl is None:
+                self.impl = self._load()
+            if self.handle.kind == "module":
+                module = args[0]
+                inst = self.instances.get(module)
+                if inst is None:
+                    inst = self.impl() if isinstance(self.impl, type) else self.impl
+                    if hasattr(inst, "load_state_dict"):
+                        inst.load_state_dict(module.state_dict(), strict=False)
+                    self.instances[module] = inst
+                return inst(*args[1:], **kwargs)
+            impl = self.impl() if isinstance(self.impl, type) else self.impl
+            return impl(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001
+            self.handle.use_reference(f"kernel failed: {e}")
+            self.handle.warn_once("compat", f"the accepted kernel failed ({e}); using the reference")
+            return ref(*args, **kwargs)

@@ -1,0 +1,90 @@
+"""``maxcode.lock``: which kernel is accepted for which target, and under what conditions.
+
+TOML, committed next to ``maxcode_kernels/``. An entry is only honoured while the
+reference's source still hashes to ``reference_hash`` and the kernel file to
+``kernel_hash``: edit either, and the target falls back to its reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+LOCK_NAME = "maxcode.lock"
+KERNELS_DIR = "maxcode_kernels"
+LOCK_VERSION = 1
+
+
+@dataclass
+class LockEntry:
+    target: str
+    reference_hash: str
+    kernel: str  # path relative to the lock file's directory
+    kernel_hash: str
+    lang: str  # "cpp" | "cuda" | "py"
+    device: str  # "cpu" | "cuda"
+    arch: str
+    speedup: float
+    speedup_ci: list[float]
+    date: str
+    tool_version: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def find_lock(start: Path) -> Path | None:
+    """The nearest ``maxcode.lock`` at or above ``start``."""
+    for d in (start, *start.parents):
+        p = d / LOCK_NAME
+        if p.is_file():
+            return p
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _read(path: str, mtime_ns: int) -> dict[str, LockEntry]:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    entries = {}
+    for target, raw in data.get("targets", {}).items():
+        known = {k: raw[k] for k in LockEntry.__dataclass_fields__ if k in raw and k != "target"}
+        extra = {k: v for k, v in raw.items() if k not in LockEntry.__dataclass_fields__}
+        entries[target] = LockEntry(target=target, **known, extra=extra)
+    return entries
+
+
+def read_lock(path: Path) -> dict[str, LockEntry]:
+    try:
+        return _read(str(path), path.stat().st_mtime_ns)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError, TypeError) as e:
+        raise ValueError(f"{path}: not a valid maxcode.lock ({e}); fix it or delete it") from None
+
+
+def write_lock(path: Path, entries: dict[str, LockEntry]) -> None:
+    """Write atomically: a crash mid-write never leaves half a lock file."""
+    import tomli_w
+
+    doc: dict[str, Any] = {"version": LOCK_VERSION, "targets": {}}
+    for target in sorted(entries):
+        d = asdict(entries[target])
+        d.pop("target")
+        extra = d.pop("extra") or {}
+        doc["targets"][target] = {**d, **extra}
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text("# Written by pytest-maxcode: the accepted kernels. Commit this file.\n" + tomli_w.dumps(doc))
+    tmp.replace(path)
