@@ -108,7 +108,7 @@ def _config(ns: argparse.Namespace):
         device=ns.device,
         atol=ns.atol,
         rtol=ns.rtol,
-        min_speedup=ns.min_speedup,
+        min_speedup=ns.min_speedup if ns.min_speedup is not None else 1.05,
         timeout=ns.timeout,
         build_timeout=ns.build_timeout,
         max_memory=ns.max_memory,

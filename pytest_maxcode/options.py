@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 
@@ -51,9 +52,10 @@ class Option:
     action: str | None = None
     metavar: str | None = None
     scopes: frozenset[str] = field(default_factory=lambda: frozenset({"check"}))
+    spelled: str | None = None  # the flag's name where it differs from the attribute's
 
     def flag(self, prefix: str = "") -> str:
-        return f"--{prefix}{self.name.replace('_', '-')}"
+        return f"--{prefix}{(self.spelled or self.name).replace('_', '-')}"
 
     def kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"help": self.help, "dest": self.name, "default": self.default}
@@ -76,7 +78,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("device", "where candidates run: cpu or cuda (default: cuda for .cu candidates when a GPU is present, else cpu)", choices=("cpu", "cuda"), scopes=BOTH),
     Option("atol", "absolute tolerance (default by dtype: fp32 1e-4, fp16/bf16 1e-2, integers exact)", type=non_negative_float, metavar="F"),
     Option("rtol", "relative tolerance (default by dtype, as --atol)", type=non_negative_float, metavar="F"),
-    Option("min_speedup", "a candidate is 'faster' only when the low end of its 95%% interval clears this (default 1.05)", type=positive_float, default=1.05, metavar="F", scopes=BOTH),
+    Option("min_speedup", "a candidate is 'faster' only when the low end of its 95%% interval clears this (default 1.05)", type=positive_float, default=None, metavar="F", scopes=BOTH),
     Option("timeout", "seconds one candidate may take to be checked and timed, builds excluded (default 60)", type=positive_float, default=60.0, metavar="S"),
     Option("build_timeout", "seconds one build may take (default 300)", type=positive_float, default=300.0, metavar="S"),
     Option("max_memory", "memory a candidate may allocate beyond the harness's own, e.g. 512M or 4G (default 4G)", type=parse_size, default=4 << 30, metavar="SIZE"),
@@ -88,7 +90,25 @@ OPTIONS: tuple[Option, ...] = (
     Option("nvccflags", "nvcc flags replacing the defaults (-O3 -std=c++17), one string; -arch is added", metavar="FLAGS"),
     Option("jobs", "parallel builds (default: one per core)", type=int, metavar="N"),
     Option("json", "print one JSON array on stdout, one object per candidate", action="store_true", default=False),
+    Option("target", "optimize only targets whose id matches this glob (e.g. 'mylib.*'; repeatable)", action="append", metavar="PATTERN", scopes=PYTEST),
+    Option("budget", "candidates evaluated per target (default 8)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("time", "seconds of search per target (default: no limit)", type=positive_float, default=None, metavar="SECONDS", scopes=PYTEST),
+    Option("policy", "where candidates come from: 'builtin' (torch.compile variants and seeds under maxcode_kernels/seeds/)", choices=("builtin",), default=None, scopes=PYTEST),
+    Option("json_path", "also write the JSON report here (it always lands in .maxcode/reports/)", metavar="PATH", spelled="json", scopes=PYTEST),
+    Option("apply", "write each verified best kernel to maxcode_kernels/ and maxcode.lock", action="store_true", default=None, scopes=PYTEST),
 )
+
+#: [tool.maxcode] keys, and the defaults that apply when neither the command line nor the file sets one
+SETTINGS_DEFAULTS: dict[str, Any] = {
+    "target": None,
+    "budget": 8,
+    "time": None,
+    "policy": "builtin",
+    "json_path": None,
+    "apply": False,
+    "min_speedup": 1.05,
+    "device": None,
+}
 
 
 def for_scope(scope: str) -> list[Option]:
@@ -98,6 +118,33 @@ def for_scope(scope: str) -> list[Option]:
 def add_to_argparse(parser: argparse.ArgumentParser, scope: str) -> None:
     for opt in for_scope(scope):
         parser.add_argument(opt.flag(), **opt.kwargs())
+
+
+def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]:
+    """Command line over ``[tool.maxcode]`` over the defaults; unknown keys are an error."""
+    file_values: dict[str, Any] = {}
+    if pyproject is not None and pyproject.is_file():
+        import tomllib
+
+        try:
+            data = tomllib.loads(pyproject.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{pyproject}: {e}") from None
+        raw = data.get("tool", {}).get("maxcode", {})
+        for key, value in raw.items():
+            name = "json_path" if key == "json" else key.replace("-", "_")
+            if name not in SETTINGS_DEFAULTS and name not in ("stages",):
+                known = ", ".join(sorted(k if k != "json_path" else "json" for k in SETTINGS_DEFAULTS))
+                raise ValueError(f"{pyproject}: [tool.maxcode] has no setting {key!r} (known: {known})")
+            file_values[name] = value
+    out = dict(SETTINGS_DEFAULTS)
+    out.update({k: v for k, v in file_values.items()})
+    out.update({k: v for k, v in cli.items() if v is not None})
+    if isinstance(out["target"], str):
+        out["target"] = [out["target"]]
+    if out["budget"] is not None and (not isinstance(out["budget"], int) or out["budget"] < 1):
+        raise ValueError(f"budget must be a positive integer, not {out['budget']!r}")
+    return out
 
 
 def add_to_pytest(group: Any) -> None:

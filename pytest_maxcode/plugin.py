@@ -6,6 +6,7 @@ and the oracle, torch and the store are imported only when a run asks for them.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
@@ -19,8 +20,31 @@ def pytest_addoption(parser: Any) -> None:
 
 
 def pytest_configure(config: Any) -> None:
-    if config.getoption("maxcode", False):
-        raise pytest.UsageError(
-            "--maxcode: optimizing marked targets is not in this version yet; "
-            "check candidates with `maxcode check REFERENCE CANDIDATE...`"
-        )
+    if not config.getoption("maxcode", False):
+        return
+    if hasattr(config, "workerinput"):
+        raise pytest.UsageError("--maxcode: run without pytest-xdist workers (-n); capture needs one process")
+    cli = {o.name: config.getoption(f"maxcode_{o.name}") for o in options.for_scope("pytest")}
+    try:
+        settings = options.load_settings(cli, config.rootpath / "pyproject.toml")
+    except ValueError as e:
+        raise pytest.UsageError(f"maxcode: {e}") from None
+    from .session import MaxcodeSession
+
+    config.pluginmanager.register(MaxcodeSession(config, settings), "maxcode-session")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
+    session = config.pluginmanager.get_plugin("maxcode-session")
+    if session is None or session.report is None:
+        return
+    from rich.console import Console
+
+    from .report import render_terminal
+
+    buf = io.StringIO()
+    render_terminal(session.report, Console(file=buf, width=max(100, terminalreporter._tw.fullwidth), force_terminal=False))
+    terminalreporter.write_sep("=", "maxcode")
+    terminalreporter.write(buf.getvalue())
+    for kind, path in session.report_paths.items():
+        terminalreporter.write_line(f"maxcode {kind} report: {path}")

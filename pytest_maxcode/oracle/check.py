@@ -118,6 +118,7 @@ class Oracle:
         run_id: int | None = None,
         progress: Callable[[str], None] | None = None,
         candidates_hint: Sequence[CandidateSpec] = (),
+        workloads: Sequence[dict[str, Any]] | None = None,
     ) -> None:
         self.reference = reference
         self.config = config
@@ -128,6 +129,9 @@ class Oracle:
         self.progress = progress or (lambda _msg: None)
         self.device = config.device or ("cuda" if any(c.lang == "cuda" for c in candidates_hint) else "cpu")
         self.zygote: Zygote | None = None
+        self.workload_specs = list(workloads) if workloads else None
+        #: evaluations under the same key are interchangeable (the loop resumes from them)
+        self.eval_key = config.key()
         self.workloads: list[Workload] = []
         self._bandwidth: float | None = None
         self._slowdown = 1.0
@@ -243,6 +247,8 @@ class Oracle:
         except WorkerSetupError as e:
             raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
         seeds = [self.config.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
+        specs = self.workload_specs or [{"name": "default"}]
+        # every workload: its captured sets (if any), then seeded random ones
         runs = self.root / ".maxcode" / "runs"
         runs.mkdir(parents=True, exist_ok=True)
         stem = runs / f"{os.getpid()}-{id(self):x}"
@@ -250,7 +256,7 @@ class Oracle:
         job = dict(
             self._limits(),
             kind="reference",
-            workloads=[{"name": "default", "seeds": seeds}],
+            workloads=[dict(w, seeds=seeds) for w in specs],
             inputs_out=str(inputs_path),
             expected_out=str(expected_path),
         )
@@ -315,7 +321,7 @@ class Oracle:
         self.store.record_evaluation(
             run_id=self.run_id,
             target_id=ref.target_id,
-            config_key=self.config.key(),
+            config_key=self.eval_key,
             device=self.device,
             verdict=v.to_json(),
         )

@@ -167,6 +167,7 @@ class Zygote:
         log_r, log_w = os.pipe()
         env = dict(self.env)
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        env["MAXCODE_DISABLE"] = "1"  # a decorated reference inside a worker is always the reference
         self.proc = subprocess.Popen(
             [*self.wrapper, sys.executable, "-u", str(WORKER), str(child_sock.fileno()), str(os.getpid())],
             pass_fds=[child_sock.fileno()],

@@ -23,13 +23,18 @@ class ReferenceSpec:
 
     @property
     def target_id(self) -> str:
-        return f"{self.path.stem}.{self.name}"
+        return f"{self.module or self.path.stem}.{self.name}"
 
     def source_hash(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
+    module: str | None = None  # a marked target is imported by name from rootdir
+    rootdir: Path | None = None
+
     def to_worker(self, has_captured: bool = False) -> dict:
         return {
+            "module": self.module,
+            "rootdir": str(self.rootdir) if self.rootdir else None,
             "kind": self.kind,
             "path": str(self.path),
             "name": self.name,

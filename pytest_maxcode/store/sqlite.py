@@ -167,6 +167,19 @@ class Store:
             )
         return int(cur.lastrowid)
 
+    def find_evaluation(self, target_id: str, candidate_hash: str, config_key: str) -> dict[str, Any] | None:
+        """The latest finished evaluation of this candidate under this configuration."""
+        row = self.db.execute(
+            "SELECT * FROM evaluations WHERE target_id=? AND candidate_hash=? AND config_key=? ORDER BY id DESC LIMIT 1",
+            (target_id, candidate_hash, config_key),
+        ).fetchone()
+        if row is None:
+            return None
+        d = dict(row)
+        d["reasons"] = json.loads(d["reasons"])
+        d["diagnostics"] = json.loads(d["diagnostics"])
+        return d
+
     def evaluations(self, target_id: str | None = None) -> Iterator[dict[str, Any]]:
         sql = "SELECT * FROM evaluations"
         args: tuple = ()

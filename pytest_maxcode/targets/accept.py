@@ -32,6 +32,7 @@ def accept(
     speedup: float,
     speedup_ci: Sequence[float],
     signatures: Sequence[Sequence[Sequence[Any]]] = (),
+    outputs: dict[str, Any] | None = None,
 ) -> LockEntry:
     """Write the kernel and its entry; the kernel file first, so the lock never names a missing file."""
     ref_hash = reference_hash_in_file(reference_file, qualname)
@@ -59,6 +60,7 @@ def accept(
             "reference_file": reference_file.resolve().relative_to(root.resolve()).as_posix(),
             "qualname": qualname,
             **({"signatures": [list(map(list, s)) for s in signatures]} if signatures else {}),
+            **({"outputs": outputs} if outputs else {}),
         },
     )
     lock = root / LOCK_NAME

@@ -199,11 +199,29 @@ def _decorate_module(cls: type, options: TargetOptions) -> type:
     return cls
 
 
+#: called with each newly registered handle (pytest --maxcode attaches its recorder)
+ON_REGISTER: list[Callable[["TargetHandle"], None]] = []
+
+
 def _register(handle: TargetHandle) -> None:
     REGISTRY[handle.id] = handle
+    for hook in ON_REGISTER:
+        hook(handle)
+    if handle._impl is not None:
+        return
     if os.environ.get("MAXCODE_DISABLE", "") not in ("", "0"):
         handle.reason = "MAXCODE_DISABLE is set"
         return
+    forced = os.environ.get("MAXCODE_CANDIDATES")
+    if forced:
+        import json
+
+        spec = json.loads(forced).get(handle.id)
+        if spec is not None:
+            from .dispatch import install_forced
+
+            install_forced(handle, spec)
+            return
     if handle.source_file is None:
         return
     lock = find_lock(Path(handle.source_file).resolve().parent)

@@ -8,12 +8,15 @@ or any failure to build, load or run, warns once and calls the reference.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
+import json
+import os
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .decorator import TargetHandle
 from .lock import LockEntry
@@ -64,6 +67,49 @@ def install(handle: TargetHandle, entry: LockEntry, root: Path) -> None:
     handle.reason = why
 
 
+_TRACED: list[Any] = []
+
+
+def _write_trace() -> None:
+    path = os.environ.get("MAXCODE_TRACE")
+    if path and _TRACED:
+        counts: dict[str, int] = {}
+        for d in _TRACED:
+            counts[d.handle.id] = counts.get(d.handle.id, 0) + d.calls
+        with open(path, "a") as f:
+            f.write(json.dumps(counts) + "\n")
+
+
+atexit.register(_write_trace)
+
+
+def arg_key(values: Sequence[Any]) -> str:
+    """The input signature that fixes output shapes: ``float32[64,1024]|float32[1024]|float=0.5``."""
+    import torch
+
+    parts = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            parts.append(f"{str(v.dtype).replace('torch.', '')}[{','.join(map(str, v.shape))}]")
+        else:
+            parts.append(f"{type(v).__name__}={v!r}")
+    return "|".join(parts)
+
+
+def install_forced(handle: TargetHandle, spec: dict[str, Any]) -> None:
+    """Make a candidate active without a lock entry: how verification re-runs the user's tests."""
+    kernel = Path(spec["kernel"]).resolve()
+    entry = LockEntry(
+        target=handle.id, reference_hash="", kernel=str(kernel), kernel_hash="", lang=spec["lang"],
+        device=spec.get("device", "cpu"), arch="", speedup=0.0, speedup_ci=[0.0, 0.0], date="", tool_version="",
+        extra={"outputs": spec.get("outputs", {})},
+    )
+    root = Path(kernel.anchor)
+    handle._impl = CompatDispatcher(handle, entry, root) if entry.lang == "py" else NativeDispatcher(handle, entry, root)
+    handle.active = "kernel"
+    handle.reason = f"candidate under verification: {kernel.name}"
+
+
 def _arg_class(v: Any) -> tuple:
     """What verification fixed about an argument: dtype, rank and contiguity (not sizes)."""
     import torch
@@ -81,7 +127,15 @@ class NativeDispatcher:
         self.device = entry.device
         self.kernel: Any = None
         self.lock = threading.Lock()
-        self.out_meta: dict[tuple, list[tuple[Any, Any]]] = {}
+        self.calls = 0
+        _TRACED.append(self)
+        import torch
+
+        # output shapes recorded at verification; other signatures learn theirs on first call
+        self.out_meta: dict[str, list[tuple[Any, Any]]] = {
+            key: [(tuple(shape), getattr(torch, dtype)) for shape, dtype in outs]
+            for key, outs in entry.extra.get("outputs", {}).items()
+        }
         sigs = entry.extra.get("signatures")
         self.signatures = {tuple(tuple(a) for a in s) for s in sigs} if sigs else None
 
@@ -123,7 +177,7 @@ class NativeDispatcher:
         if self.signatures is not None and classes not in self.signatures:
             self._fallback(f"sig{classes}", f"arguments {classes} differ from the verified layouts")
             return ref(*args)
-        key = tuple((tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else (type(v), v) for v in call_args)
+        key = arg_key(call_args)
         meta = self.out_meta.get(key)
         if meta is None:
             # output shapes come from the reference, once per input signature
@@ -147,6 +201,7 @@ class NativeDispatcher:
         if rc != 0:
             self._fallback("rc", f"the kernel returned {rc}")
             return ref(*args)
+        self.calls += 1
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -157,6 +212,8 @@ class CompatDispatcher:
         self.handle = handle
         self.path = root / entry.kernel
         self.impl: Any = None
+        self.calls = 0
+        _TRACED.append(self)
         self.instances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _load(self) -> Any:
@@ -182,9 +239,12 @@ class CompatDispatcher:
                     if hasattr(inst, "load_state_dict"):
                         inst.load_state_dict(module.state_dict(), strict=False)
                     self.instances[module] = inst
-                return inst(*args[1:], **kwargs)
-            impl = self.impl() if isinstance(self.impl, type) else self.impl
-            return impl(*args, **kwargs)
+                out = inst(*args[1:], **kwargs)
+            else:
+                impl = self.impl() if isinstance(self.impl, type) else self.impl
+                out = impl(*args, **kwargs)
+            self.calls += 1
+            return out
         except Exception as e:  # noqa: BLE001
             self.handle.use_reference(f"kernel failed: {e}")
             self.handle.warn_once("compat", f"the accepted kernel failed ({e}); using the reference")

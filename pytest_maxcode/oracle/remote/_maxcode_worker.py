@@ -167,6 +167,20 @@ class Reference:
 
     def __init__(self, spec: dict) -> None:
         self.spec = spec
+        if spec.get("module"):
+            # a marked target: imported under its own name, so its package's imports work
+            root = spec.get("rootdir")
+            if root and root not in sys.path:
+                sys.path.insert(0, root)
+            module = importlib.import_module(spec["module"])
+            obj = module
+            for part in spec["name"].split("."):
+                obj = getattr(obj, part)
+            self.model_cls = None
+            self.fn = getattr(obj, "__wrapped__", obj)  # the undecorated reference
+            self.init_inputs_fn = None
+            self.inputs_fn = None
+            return
         module = _import_path(spec["path"], "maxcode_reference")
         if spec["kind"] == "module":
             model = getattr(module, spec.get("name") or "Model", None)
@@ -254,10 +268,10 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
     for w in job["workloads"]:
         sets = []
         if w.get("captured"):
-            sets = [list(s) for s in torch.load(w["captured"], weights_only=True)]
+            sets = [list(s) for s in torch.load(w["captured"], weights_only=True)["sets"]]
         for seed in w.get("seeds", []):
             torch.manual_seed(seed)
-            sets.append(list(ref.inputs_fn()))
+            sets.append(list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(sets[0]))
         expected = []
         with torch.no_grad():
             for s in sets:
@@ -273,6 +287,29 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
     torch.save([{k: w[k] for k in ("name", "sets", "out_meta")} for w in workloads], job["inputs_out"])
     torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes")} for w in workloads], job["expected_out"])
     _send_child(conn, "reference")
+
+
+def _random_like(values: list) -> list:
+    """Fresh inputs shaped like captured ones: same shapes, dtypes, strides and value range."""
+    import torch
+
+    out = []
+    for v in values:
+        if not isinstance(v, torch.Tensor) or v.numel() == 0:
+            out.append(v)
+        elif v.dtype == torch.bool:
+            out.append(torch.rand(v.shape) < 0.5)
+        elif v.is_floating_point():
+            f = v.float()
+            std = float(f.std()) if v.numel() > 1 else 0.0
+            scale = std if std > 0 and std == std else 1.0
+            out.append((torch.randn_like(f) * scale + float(f.mean())).to(v.dtype))
+        elif v.is_complex():
+            out.append(torch.randn_like(v))
+        else:
+            lo, hi = int(v.min()), int(v.max())
+            out.append(torch.randint(lo, hi + 1, v.shape, dtype=v.dtype) if hi > lo else v.clone())
+    return out
 
 
 def _clone(v):

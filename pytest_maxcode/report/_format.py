@@ -1,0 +1,152 @@
+"""Plain-text cell formatting shared by the terminal, markdown and HTML views.
+
+One place decides how a time, a speedup or a verdict reads, so the three views never disagree.
+Every function tolerates missing or null fields: a report from an interrupted run still renders.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "target",
+    "workloads",
+    "baseline",
+    "best",
+    "speedup",
+    "verdict",
+    "candidates (tried / correct / failed)",
+    "tests re-run",
+)
+
+CORRECT_STATUSES = ("faster", "not_faster")
+FAILURE_ORDER = ("wrong", "compile_error", "runtime_error", "crash", "timeout", "rejected")
+
+
+def finite(x: Any) -> float | None:
+    """A number we can print or plot, or None (JSON null, NaN, infinity and non-numbers alike)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def fmt_time(seconds: Any) -> str:
+    """Seconds as 3 significant figures in the largest unit that keeps the value >= 1."""
+    s = finite(seconds)
+    if s is None:
+        return "-"
+    if s == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(s) >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def fmt_ratio(x: Any) -> str:
+    """A speedup factor with two decimals, e.g. ``2.31x``."""
+    v = finite(x)
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def fmt_speedup(speedup: Any, ci: Any) -> str:
+    """``2.31x [2.10, 2.52]``: the estimate with its interval, so a reader sees how sure it is."""
+    head = fmt_ratio(speedup)
+    if head == "-":
+        return head
+    if isinstance(ci, Sequence) and not isinstance(ci, str) and len(ci) == 2:
+        lo, hi = finite(ci[0]), finite(ci[1])
+        if lo is not None and hi is not None:
+            return f"{head} [{lo:.2f}, {hi:.2f}]"
+    return head
+
+
+def fmt_verdict(target: Mapping[str, Any]) -> str:
+    """Status plus a flag when the correctness check was weaker than usual."""
+    status = str(target.get("status", "?"))
+    return status + (" (weak check)" if target.get("weak_check") else "")
+
+
+def fmt_failed(failed: Any) -> str:
+    """Failures by kind, known kinds first in a fixed order, e.g. ``wrong 3, compile_error 2``."""
+    if not isinstance(failed, Mapping):
+        return "-"
+    keys = [k for k in FAILURE_ORDER if k in failed] + sorted(k for k in failed if k not in FAILURE_ORDER)
+    parts = [f"{k} {failed[k]}" for k in keys if failed[k]]
+    return ", ".join(parts) if parts else "-"
+
+
+def fmt_candidates(candidates: Any) -> str:
+    """``tried / correct / failed-by-kind``: how much of the budget went where."""
+    if not isinstance(candidates, Mapping):
+        return "-"
+    return f"{candidates.get('tried', 0)} / {candidates.get('correct', 0)} / {fmt_failed(candidates.get('failed'))}"
+
+
+def fmt_tests(tests: Any) -> str:
+    """What re-running the user's own tests against the best candidate gave, or ``-`` if nothing ran."""
+    if not isinstance(tests, Mapping):
+        return "-"
+    rerun = tests.get("rerun") or []
+    passed = tests.get("passed")
+    if passed is None or not rerun:
+        return "-"
+    summary = str(tests.get("summary") or "").strip()
+    if summary:
+        return summary
+    return f"{len(rerun)} passed" if passed else f"{len(rerun)} failed"
+
+
+def fmt_params(params: Any) -> str:
+    """Tuning parameters of the best candidate, ``k=v`` comma-separated."""
+    if not isinstance(params, Mapping) or not params:
+        return "-"
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def summary_row(target: Mapping[str, Any]) -> list[str]:
+    """One row of the summary table, in :data:`SUMMARY_COLUMNS` order."""
+    workloads = target.get("workloads") or []
+    return [
+        str(target.get("id", "?")),
+        str(len(workloads)),
+        fmt_time(target.get("baseline_s")),
+        fmt_time(target.get("best_s")),
+        fmt_speedup(target.get("speedup"), target.get("speedup_ci")),
+        fmt_verdict(target),
+        fmt_candidates(target.get("candidates")),
+        fmt_tests(target.get("tests")),
+    ]
+
+
+def machine_line(report: Mapping[str, Any]) -> str:
+    """Where the numbers were measured: timings mean nothing without the machine."""
+    m = report.get("machine") or {}
+    parts = [str(m.get("host", "?")), str(m.get("cpu", "?"))]
+    if m.get("cores"):
+        parts.append(f"{m['cores']} cores")
+    if m.get("torch"):
+        parts.append(f"torch {m['torch']}")
+    dev = str(m.get("device", "?"))
+    if m.get("gpu"):
+        dev += f" ({m['gpu']})"
+    parts.append(f"device {dev}")
+    return ", ".join(parts)
+
+
+def options_line(report: Mapping[str, Any]) -> str:
+    """The knobs of the run, so a reader can reproduce it."""
+    o = report.get("options") or {}
+    t = finite(o.get("time"))
+    return ", ".join(
+        [
+            f"budget {o.get('budget', '-')}",
+            f"time {'-' if t is None else fmt_time(t)}",
+            f"policy {o.get('policy', '-')}",
+            f"min speedup {fmt_ratio(o.get('min_speedup'))}",
+            f"device {o.get('device', '-')}",
+            f"apply {'yes' if o.get('apply') else 'no'}",
+        ]
+    )

@@ -1,0 +1,128 @@
+"""The markdown summary: meant for a CI job summary or a pull-request comment."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import _format as f
+
+_MD_SPECIAL = "\\`*_|~#"
+
+
+def md_escape(text: Any) -> str:
+    """Text that renders literally in a GitHub table cell: no emphasis, no raw HTML, no broken columns."""
+    s = " ".join(str(text).split())  # a newline would end the table row
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = "".join("\\" + c if c in _MD_SPECIAL else c for c in s)
+    # Brackets stay readable ("2.31x [2.10, 2.52]"); only the "](" and "][" that would make a link are broken.
+    return s.replace("](", "]\\(").replace("][", "]\\[")
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def summary_header() -> str:
+    """The first line of the summary table (exposed so tests and tools can find the table)."""
+    return _table(f.SUMMARY_COLUMNS, [])[0]
+
+
+def _target_section(t: Mapping[str, Any]) -> list[str]:
+    out = [f"## {md_escape(t.get('id', '?'))}", ""]
+    out.append(f"**{md_escape(f.fmt_verdict(t))}**: {md_escape(t.get('reason', '') or '-')}")
+    out.append("")
+    facts = [
+        f"speedup {md_escape(f.fmt_speedup(t.get('speedup'), t.get('speedup_ci')))}",
+        f"baseline {md_escape(f.fmt_time(t.get('baseline_s')))}",
+        f"best {md_escape(f.fmt_time(t.get('best_s')))}",
+        f"elapsed {md_escape(f.fmt_time(t.get('elapsed_s')))}",
+    ]
+    out += ["- " + ", ".join(facts)]
+    best = t.get("best")
+    if isinstance(best, Mapping):
+        out.append(
+            f"- best candidate: {md_escape(best.get('source_path', '?'))} "
+            f"({md_escape(best.get('lang', '?'))}, origin {md_escape(best.get('origin', '?'))}, "
+            f"hash {md_escape(str(best.get('hash', ''))[:12])}), params: {md_escape(f.fmt_params(best.get('params')))}"
+        )
+    cands = t.get("candidates")
+    if isinstance(cands, Mapping):
+        out.append(
+            f"- candidates: {md_escape(cands.get('tried', 0))} tried, {md_escape(cands.get('correct', 0))} correct, "
+            f"{md_escape(cands.get('faster', 0))} faster; failed: {md_escape(f.fmt_failed(cands.get('failed')))}"
+        )
+    tests = t.get("tests")
+    if isinstance(tests, Mapping) and tests.get("rerun"):
+        out.append(f"- tests re-run: {md_escape(f.fmt_tests(tests))}")
+        out += [f"  - {md_escape(n)}" for n in tests["rerun"]]
+    out.append("")
+
+    workloads = t.get("workloads") or []
+    if workloads:
+        out += ["### Workloads", ""]
+        out += _table(
+            ("workload", "signature", "input sets", "reference", "candidate", "speedup"),
+            (
+                (
+                    str(w.get("name", "?")),
+                    str(w.get("signature", "")),
+                    str(w.get("n_sets", "-")),
+                    f.fmt_time(w.get("reference_s")),
+                    f.fmt_time(w.get("candidate_s")),
+                    f.fmt_speedup(w.get("speedup"), w.get("speedup_ci")),
+                )
+                for w in workloads
+            ),
+        )
+        out.append("")
+
+    benchmarks = t.get("benchmarks") or []
+    if benchmarks:
+        out += ["### Benchmarks", ""]
+
+        def timing(b: Any) -> tuple[str, str, str]:
+            b = b if isinstance(b, Mapping) else {}
+            mean_sd = f"{f.fmt_time(b.get('mean_s'))} ± {f.fmt_time(b.get('stddev_s'))}"
+            return f.fmt_time(b.get("median_s")), mean_sd, str(b.get("rounds", "-"))
+
+        rows = []
+        for b in benchmarks:
+            r, c = timing(b.get("reference")), timing(b.get("candidate"))
+            rows.append((str(b.get("name", "?")), r[0], c[0], r[1], c[1], f"{r[2]} / {c[2]}", f.fmt_ratio(b.get("speedup"))))
+        out += _table(
+            (
+                "benchmark",
+                "reference median",
+                "candidate median",
+                "reference mean ± sd",
+                "candidate mean ± sd",
+                "rounds (ref / cand)",
+                "speedup",
+            ),
+            rows,
+        )
+        out.append("")
+    return out
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """The whole report as GitHub-flavoured markdown."""
+    targets = report.get("targets") or []
+    out = [
+        "# pytest-maxcode report",
+        "",
+        f"pytest-maxcode {md_escape(report.get('tool_version', '?'))}, {md_escape(report.get('created_at', '?'))}  ",
+        f"Machine: {md_escape(f.machine_line(report))}  ",
+        f"Options: {md_escape(f.options_line(report))}",
+        "",
+    ]
+    if not targets:
+        out += ["No targets were optimized.", ""]
+        return "\n".join(out)
+    out += _table(f.SUMMARY_COLUMNS, (f.summary_row(t) for t in targets))
+    out.append("")
+    for t in targets:
+        out += _target_section(t)
+    return "\n".join(out).rstrip("\n") + "\n"

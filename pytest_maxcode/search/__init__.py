@@ -1,0 +1,1 @@
+"""The search layer: policies propose candidates, strategies decide what to evaluate next."""

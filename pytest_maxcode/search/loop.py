@@ -1,0 +1,127 @@
+"""The search loop for one target: policy -> strategy -> oracle batches -> store.
+
+Resumable: before a batch goes to the oracle, candidates already evaluated under the
+same configuration and workloads are taken from the store, so a run killed mid-search
+and started again repeats no finished evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import MaxcodeError
+from ..oracle.check import CheckConfig, Oracle
+from ..oracle.reference import ReferenceSpec
+from ..oracle.verdict import Verdict
+from .policy import BuiltinPolicy, Proposal, TargetInfo
+from .strategy import SearchState, SweepStrategy
+
+
+@dataclass
+class SearchResult:
+    target: TargetInfo
+    state: SearchState
+    stop_reason: str
+    workloads: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    resumed: int = 0
+    elapsed_s: float = 0.0
+
+
+def workload_digest(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def verdict_from_row(row: dict[str, Any], path: str) -> Verdict:
+    ci = [row["ci_low"], row["ci_high"]] if row["ci_low"] is not None else None
+    return Verdict(
+        candidate=path,
+        status=row["status"],
+        speedup=row["speedup"],
+        speedup_ci=ci,
+        reference_s=row["reference_s"],
+        candidate_s=row["candidate_s"],
+        compile_s=row["compile_s"],
+        eval_s=row["eval_s"],
+        weak_check=bool(row["weak_check"]),
+        reasons=row["reasons"],
+        diagnostics=dict(row["diagnostics"], resumed=True),
+        hash=row["candidate_hash"],
+    )
+
+
+def search_target(
+    target: TargetInfo,
+    captured: list[Path],
+    root: Path,
+    settings: dict[str, Any],
+    *,
+    store: Any,
+    run_id: int | None,
+    progress: Callable[[str], None],
+) -> SearchResult:
+    start = time.monotonic()
+    state = SearchState(target.id)
+    min_speedup = target.min_speedup or settings["min_speedup"]
+    device = settings["device"] or ("cuda" if target.lang == "cuda" else "cpu")
+    config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup)
+    reference = ReferenceSpec("function", target.source_file, target.qualname, module=target.module, rootdir=root)
+    import torch
+
+    workloads = []
+    for f in captured:
+        sig = torch.load(f, weights_only=True)["signature"]
+        workloads.append({"name": f.stem, "captured": str(f), "signature": sig})
+    result = SearchResult(target, state, "", workloads)
+    policy = BuiltinPolicy(target, root, device)
+    proposals = policy.proposals()
+    budget = target.budget or settings["budget"]
+    strategy = SweepStrategy(budget, settings.get("time"))
+    strategy.initialize(state, proposals)
+    if not proposals:
+        result.stop_reason = "the built-in policy has nothing to propose (add seeds under maxcode_kernels/seeds/)"
+        return result
+    oracle = Oracle(
+        reference, config, root, store=store, run_id=run_id, progress=progress,
+        candidates_hint=[p.spec for p in proposals],
+        workloads=[{"name": w["name"], "captured": w["captured"]} for w in workloads],
+    )
+    oracle.eval_key = f"{config.key()}-{workload_digest(captured)}"
+    try:
+        with oracle:
+            for w, wl in zip(workloads, oracle.workloads):
+                w["n_sets"] = len(wl.expected)
+                w["weak"] = wl.weak
+                w["outputs"] = [[list(t.shape), str(t.dtype).replace("torch.", "")] for t in wl.expected[0]]
+            while (why := strategy.should_stop()) is None:
+                batch = strategy.propose(budget)
+                done: dict[int, Verdict] = {}
+                for i, p in enumerate(batch):
+                    row = store.find_evaluation(target.id, p.spec.hash, oracle.eval_key) if store else None
+                    if row is not None:
+                        done[i] = verdict_from_row(row, str(p.spec.path))
+                        result.resumed += 1
+                todo = [p for i, p in enumerate(batch) if i not in done]
+                progress(f"{target.id}: evaluating {len(todo)} candidate(s)" + (f", {len(done)} from the store" if done else ""))
+                fresh = iter(oracle.check([p.spec for p in todo]) if todo else [])
+                verdicts = [done[i] if i in done else next(fresh) for i in range(len(batch))]
+                strategy.update(list(zip(batch, verdicts)))
+            result.stop_reason = why
+    except MaxcodeError as e:
+        result.error = str(e)
+        result.stop_reason = "the reference could not be checked"
+    result.elapsed_s = time.monotonic() - start
+    return result
+
+
+def best_faster(state: SearchState) -> tuple[Proposal, Verdict] | None:
+    if state.best is not None and state.best[1].status == "faster":
+        return state.best
+    return None

@@ -1,0 +1,142 @@
+"""The built-in policy: real candidates without any LLM.
+
+It proposes, in order, the user's hand-written seed kernels from
+``maxcode_kernels/seeds/<target-id>/`` (each expanded over its declared tunable
+parameters) and ``torch.compile`` variants of the reference as compat candidates.
+
+A seed declares parameters on one line, anywhere in the file::
+
+    // maxcode-tune: BLOCK=64,128,256 UNROLL=1,2,4      (C++ / CUDA: each becomes a #define)
+    # maxcode-tune: CHUNK=1024,4096                      (Python: each becomes a module constant)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..oracle.check import NATIVE_EXTS, CandidateSpec
+
+TUNE = re.compile(r"^\s*(?://|#)\s*maxcode-tune:\s*(?P<spec>.+)$", re.MULTILINE)
+
+
+@dataclass
+class TargetInfo:
+    """What the search needs to know about a marked target (picklable, no live objects)."""
+
+    id: str
+    module: str
+    qualname: str
+    source_file: Path
+    kind: str
+    lang: str = "auto"
+    atol: float | None = None
+    rtol: float | None = None
+    min_speedup: float | None = None
+    budget: int | None = None
+
+
+@dataclass
+class Proposal:
+    spec: CandidateSpec
+    origin: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_tunables(text: str) -> dict[str, list[str]]:
+    params: dict[str, list[str]] = {}
+    for m in TUNE.finditer(text):
+        for item in m.group("spec").split():
+            name, _, values = item.partition("=")
+            if not name.isidentifier() or not values:
+                raise ValueError(f"maxcode-tune: {item!r} is not NAME=V1,V2,...")
+            params[name] = [v for v in values.split(",") if v]
+    return params
+
+
+def expand(text: str, ext: str) -> list[tuple[str, dict[str, str]]]:
+    """One source per configuration of the declared parameters (the seed itself if none)."""
+    params = parse_tunables(text)
+    if not params:
+        return [(text, {})]
+    names = sorted(params)
+    out = []
+    for values in itertools.product(*(params[n] for n in names)):
+        config = dict(zip(names, values))
+        if ext == ".py":
+            header = "".join(f"{n} = {v}\n" for n, v in config.items())
+        else:
+            header = "".join(f"#define {n} {v}\n" for n, v in config.items())
+        out.append((header + text, config))
+    return out
+
+
+COMPILE_TEMPLATE = '''"""maxcode built-in candidate: torch.compile(mode={mode!r}) of {target_id}."""
+
+import importlib
+
+import torch
+
+_obj = importlib.import_module({module!r})
+for _part in {qualname!r}.split("."):
+    _obj = getattr(_obj, _part)
+
+{name} = torch.compile(getattr(_obj, "__wrapped__", _obj), mode={mode!r}, dynamic=False)
+'''
+
+
+class BuiltinPolicy:
+    name = "builtin"
+
+    def __init__(self, target: TargetInfo, root: Path, device: str) -> None:
+        self.target = target
+        self.root = root
+        self.device = device
+        self.out_dir = root / ".maxcode" / "candidates" / target.id
+
+    def _materialize(self, text: str, ext: str, lang: str, fmt: str, stem: str) -> CandidateSpec:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        path = self.out_dir / f"{stem}-{digest}{ext}"
+        if not path.exists():
+            path.write_text(text)
+        return CandidateSpec(path, fmt, lang, text)
+
+    def _wanted(self, lang: str) -> bool:
+        if self.target.lang == "cpp":
+            return lang == "cpp"
+        if self.target.lang == "cuda":
+            return lang == "cuda"
+        return lang == ("cuda" if self.device == "cuda" else "cpp")
+
+    def proposals(self) -> list[Proposal]:
+        out: list[Proposal] = []
+        seeds = self.root / "maxcode_kernels" / "seeds" / self.target.id
+        if seeds.is_dir():
+            for seed in sorted(seeds.iterdir()):
+                ext = seed.suffix.lower()
+                if ext in NATIVE_EXTS:
+                    lang, fmt = NATIVE_EXTS[ext], "native"
+                    if not self._wanted(lang):
+                        continue
+                elif ext == ".py":
+                    lang, fmt = "py", "compat"
+                else:
+                    continue
+                for text, params in expand(seed.read_text(), ext):
+                    spec = self._materialize(text, ext, lang, fmt, seed.stem)
+                    out.append(Proposal(spec, f"seed:{seed.name}", params))
+        if self.target.kind == "function":
+            modes = ["default"] + (["max-autotune-no-cudagraphs"] if self.device == "cuda" else [])
+            for mode in modes:
+                text = COMPILE_TEMPLATE.format(
+                    mode=mode, target_id=self.target.id, module=self.target.module,
+                    qualname=self.target.qualname, name=self.target.qualname.split(".")[-1],
+                )
+                spec = self._materialize(text, ".py", "py", "compat", f"compile-{mode}")
+                out.append(Proposal(spec, f"torch.compile:{mode}", {"mode": mode}))
+        return out

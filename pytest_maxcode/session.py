@@ -1,0 +1,250 @@
+"""A ``pytest --maxcode`` run: capture while the tests run, then search, verify, report, apply.
+
+Registered by the plugin only when ``--maxcode`` is given; imports the heavy layers
+only then.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._version import __version__
+from .targets.capture import Recorder, TargetCapture
+from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
+
+EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
+
+
+class MaxcodeSession:
+    def __init__(self, config: pytest.Config, settings: dict[str, Any]) -> None:
+        self.config = config
+        self.settings = settings
+        self.root = Path(config.rootpath)
+        self.recorder = Recorder()
+        self.report: dict[str, Any] | None = None
+        self.report_paths: dict[str, Path] = {}
+        for handle in list(REGISTRY.values()):
+            self._maybe_attach(handle)
+        ON_REGISTER.append(self._maybe_attach)
+
+    def _selected(self, target_id: str) -> bool:
+        patterns = self.settings["target"]
+        return not patterns or any(fnmatch.fnmatchcase(target_id, p) for p in patterns)
+
+    def _maybe_attach(self, handle: TargetHandle) -> None:
+        if self._selected(handle.id):
+            self.recorder.attach(handle)
+
+    def _say(self, message: str) -> None:
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"maxcode: {message}")
+
+    # -- while the tests run --------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        self.recorder.current_test = item.nodeid
+        self.recorder.current_uses_benchmark = "benchmark" in getattr(item, "fixturenames", ())
+        try:
+            return (yield)
+        finally:
+            self.recorder.current_test = None
+
+    # -- after the tests ------------------------------------------------------------------
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._maybe_attach in ON_REGISTER:
+            ON_REGISTER.remove(self._maybe_attach)
+        for cap in self.recorder.targets.values():
+            cap.handle.use_reference("pytest --maxcode finished recording")
+        started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        targets = []
+        if exitstatus not in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+            for cap in self.recorder.targets.values():
+                targets.append(_skipped(cap, "the test session failed; maxcode optimizes only behind a green test suite"))
+        else:
+            targets = self._optimize_all()
+        self.report = {
+            "schema_version": 1,
+            "tool_version": __version__,
+            "created_at": started,
+            "machine": _machine(self.settings["device"] or "cpu"),
+            "options": dict(
+                {k: self.settings[k] for k in ("budget", "time", "policy", "min_speedup", "apply")},
+                device=self.settings["device"] or "auto",
+            ),
+            "targets": targets,
+        }
+        from .report import write_reports
+
+        out = self.root / ".maxcode" / "reports"
+        self.report_paths = write_reports(self.report, out)
+        if self.settings["json_path"]:
+            dest = self.root / self.settings["json_path"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.report_paths["json"], dest)
+        if self.settings["apply"]:
+            from .apply import apply_report
+
+            for line in apply_report(self.report, self.root):
+                self._say(line)
+
+    def _optimize_all(self) -> list[dict[str, Any]]:
+        from .store import Store, default_path
+
+        files = self.recorder.save(self.root)
+        out = []
+        with Store(default_path(self.root)) as store:
+            run_id = store.begin_run("pytest --maxcode", __version__)
+            for target_id, cap in sorted(self.recorder.targets.items()):
+                out.append(self._optimize(cap, files.get(target_id, []), store, run_id))
+            store.finish_run(run_id)
+        return out
+
+    def _optimize(self, cap: TargetCapture, captured: list[Path], store: Any, run_id: int) -> dict[str, Any]:
+        from .search.loop import search_target
+        from .search.policy import TargetInfo
+
+        h = cap.handle
+        if h.kind == "module":
+            return _skipped(cap, "nn.Module targets are recorded, but this version's search optimizes plain functions only")
+        if "<locals>" in h.reference.__qualname__ or h.source_file is None:
+            return _skipped(cap, "defined inside a function: a worker cannot import it")
+        if h.options.inputs is not None:
+            captured = captured + [self._declared_inputs(cap)]
+        if not captured:
+            why = "no test called it and it has no inputs=" if not cap.calls else "no call could be captured (" + ", ".join(cap.skipped) + ")"
+            return _skipped(cap, why)
+        o = h.options
+        info = TargetInfo(h.id, h.reference.__module__, h.reference.__qualname__, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget)
+        self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
+        result = search_target(info, captured, self.root, self.settings, store=store, run_id=run_id, progress=self._say)
+        entry = _target_report(result, cap, self.root)
+        if entry["status"] == "faster":
+            entry.update(self._verify(result, cap, entry))
+        return entry
+
+    def _declared_inputs(self, cap: TargetCapture) -> Path:
+        import torch
+
+        from .targets.capture import signature
+
+        values = list(cap.handle.options.inputs())
+        sig = signature(tuple(values))
+        path = self.root / ".maxcode" / "inputs" / cap.handle.id / "declared.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"signature": sig, "sets": [values]}, path)
+        return path
+
+    def _verify(self, result: Any, cap: TargetCapture, entry: dict[str, Any]) -> dict[str, Any]:
+        from .verify import verify
+
+        best = entry["best"]
+        self._say(f"{cap.handle.id}: re-running {len(cap.callers)} test(s) with {Path(best['source_path']).name}")
+        checked = verify(
+            self.root, cap.handle.id, cap.callers, cap.benchmark_callers, self.root / best["source_path"],
+            best["lang"], entry["device"], entry["outputs"],
+        )
+        verified = bool(checked["tests"]["passed"]) and not entry["weak_check"]
+        status = "verified" if verified else "not_verified"
+        reason = entry["reason"]
+        if not checked["tests"]["passed"]:
+            reason = f"the user's tests did not pass with it: {checked['tests']['summary']}"
+        elif entry["weak_check"]:
+            reason = "weak check: the outputs could not tell a no-op kernel from a real one"
+        return dict(checked, verified=verified, status=status, reason=reason)
+
+
+def _skipped(cap: TargetCapture, reason: str) -> dict[str, Any]:
+    return {
+        "id": cap.handle.id, "status": "skipped", "reason": reason, "speedup": None, "speedup_ci": None,
+        "verified": False, "weak_check": False, "baseline_s": None, "best_s": None, "workloads": [],
+        "candidates": {"tried": 0, "correct": 0, "faster": 0, "failed": {}}, "best": None,
+        "tests": {"rerun": cap.callers, "passed": None, "summary": ""}, "benchmarks": [], "trajectory": [], "elapsed_s": 0.0,
+    }
+
+
+def _machine(device: str) -> dict[str, Any]:
+    import torch
+
+    from .oracle.probe import machine_fingerprint
+
+    fp = machine_fingerprint(device if device != "cuda" or torch.cuda.is_available() else "cpu")
+    return {k: fp[k] for k in ("host", "cpu", "cores", "torch", "device", "gpu") if k in fp}
+
+
+def _target_report(result: Any, cap: TargetCapture, root: Path) -> dict[str, Any]:
+    """The report entry for one searched target (verification fills in the rest)."""
+    from .oracle.build import cuda_arch
+    from .targets.dispatch import _arg_class, arg_key
+
+    state = result.state
+    entry = _skipped(cap, "")
+    failed: dict[str, int] = {}
+    trajectory = []
+    best_so_far: float | None = None
+    for i, (p, v) in enumerate(state.trajectory, 1):
+        if v.correct and v.speedup is not None:
+            best_so_far = max(best_so_far or 0.0, v.speedup)
+        else:
+            failed[v.status] = failed.get(v.status, 0) + 1
+        trajectory.append({"index": i, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup, "best_so_far": best_so_far, "params": p.params, "reasons": v.reasons[:2]})
+    correct = [v for _, v in state.trajectory if v.correct]
+    entry.update(
+        elapsed_s=round(result.elapsed_s, 3),
+        trajectory=trajectory,
+        candidates={"tried": len(state.trajectory), "correct": len(correct), "faster": sum(v.status == "faster" for v in correct), "failed": failed},
+        stop_reason=result.stop_reason,
+        device=result.workloads and ("cuda" if any("@cuda" in w["signature"] for w in result.workloads) else "cpu") or "cpu",
+    )
+    entry["arch"] = cuda_arch() if entry["device"] == "cuda" else platform.machine()
+    entry["reference"] = {"module": result.target.module, "qualname": result.target.qualname, "file": str(result.target.source_file.resolve().relative_to(root.resolve()))}
+    if result.error:
+        entry.update(status="failed", reason=result.error)
+        return entry
+    best = state.best
+    if best is None or not best[1].correct:
+        entry.update(status="no_speedup", reason=f"no candidate was correct ({result.stop_reason})")
+        return entry
+    p, v = best
+    wl_diag = v.diagnostics.get("workloads", {})
+    import torch
+
+    outputs: dict[str, Any] = {}
+    signatures = []
+    for w in result.workloads:
+        data = torch.load(w["captured"], weights_only=True)
+        for s in data["sets"]:
+            outputs[arg_key(s)] = w.get("outputs", [])
+        signatures.append([list(_arg_class(x)) for x in data["sets"][0]])
+    entry["workloads"] = [
+        {
+            "name": w["name"], "signature": w["signature"], "n_sets": w.get("n_sets", 0),
+            "speedup": wl_diag.get(w["name"], {}).get("speedup"), "speedup_ci": wl_diag.get(w["name"], {}).get("speedup_ci"),
+            "reference_s": wl_diag.get(w["name"], {}).get("reference", {}).get("median_s"),
+            "candidate_s": wl_diag.get(w["name"], {}).get("candidate", {}).get("median_s"),
+        }
+        for w in result.workloads
+    ]
+    kernels = root / ".maxcode" / "reports" / "kernels"
+    kernels.mkdir(parents=True, exist_ok=True)
+    path = kernels / f"{cap.handle.id}{EXT[p.spec.lang]}"
+    path.write_text(p.spec.text)
+    entry.update(
+        speedup=v.speedup, speedup_ci=v.speedup_ci, weak_check=v.weak_check, baseline_s=v.reference_s, best_s=v.candidate_s,
+        best={"source_path": str(path.relative_to(root)), "hash": v.hash, "lang": p.spec.lang, "origin": p.origin, "params": p.params},
+        outputs=outputs, signatures=signatures,
+    )
+    if v.status == "faster":
+        entry.update(status="faster", reason=v.reasons[0] if v.reasons else "")
+    else:
+        entry.update(status="no_speedup", reason=f"the best correct candidate is not faster: {v.reasons[0] if v.reasons else ''}")
+    return entry

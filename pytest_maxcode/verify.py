@@ -1,0 +1,103 @@
+"""Verification by the user's own tests: re-run, in a subprocess, every test that called
+the target, with the candidate active; and the pytest-benchmark tests that called it,
+once with the reference and once with the candidate, side by side.
+
+A re-run that never reached the kernel proves nothing, so the subprocess reports how
+many calls the kernel served (``MAXCODE_TRACE``); zero is a failed verification.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .oracle.sandbox import scrubbed_env
+
+RERUN_TIMEOUT = 1800
+
+
+@dataclass
+class TestRun:
+    passed: bool
+    summary: str
+    kernel_calls: int = 0
+    benchmarks: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip("= ") if lines else ""
+
+
+def run_tests(root: Path, nodeids: list[str], env_extra: dict[str, str], target_id: str, benchmark: bool = False) -> TestRun:
+    """Run ``nodeids`` in a fresh pytest process, without --maxcode, with ``env_extra``."""
+    with tempfile.TemporaryDirectory(prefix="maxcode-verify-") as tmp:
+        trace = Path(tmp) / "trace.jsonl"
+        bench_json = Path(tmp) / "bench.json"
+        env = scrubbed_env()  # user tests run a candidate too: no secrets for them either
+        env.update(env_extra)
+        env["MAXCODE_TRACE"] = str(trace)
+        args = [sys.executable, "-m", "pytest", *nodeids, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+        if benchmark:
+            args += ["--benchmark-only", f"--benchmark-json={bench_json}"]
+        try:
+            proc = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=RERUN_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return TestRun(False, f"the re-run did not finish within {RERUN_TIMEOUT} s")
+        calls = 0
+        if trace.exists():
+            for line in trace.read_text().splitlines():
+                calls += int(json.loads(line).get(target_id, 0))
+        run = TestRun(proc.returncode == 0, _last_line(proc.stdout) or _last_line(proc.stderr), calls)
+        if benchmark and bench_json.exists():
+            for b in json.loads(bench_json.read_text()).get("benchmarks", []):
+                st = b["stats"]
+                run.benchmarks[b["fullname"]] = {
+                    "median_s": st["median"], "mean_s": st["mean"], "stddev_s": st["stddev"], "rounds": st["rounds"],
+                }
+        return run
+
+
+def candidate_env(target_id: str, kernel: Path, lang: str, device: str, outputs: dict[str, Any]) -> dict[str, str]:
+    return {"MAXCODE_CANDIDATES": json.dumps({target_id: {"kernel": str(kernel), "lang": lang, "device": device, "outputs": outputs}})}
+
+
+def verify(
+    root: Path,
+    target_id: str,
+    callers: list[str],
+    benchmark_callers: list[str],
+    kernel: Path,
+    lang: str,
+    device: str,
+    outputs: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``tests`` and ``benchmarks`` parts of a target's report."""
+    env = candidate_env(target_id, kernel, lang, device, outputs)
+    plain = [n for n in callers if n not in benchmark_callers]
+    tests: dict[str, Any] = {"rerun": callers, "passed": None, "summary": "", "kernel_calls": 0}
+    if plain:
+        run = run_tests(root, plain, env, target_id)
+        tests.update(passed=run.passed, summary=run.summary, kernel_calls=run.kernel_calls)
+        if run.passed and run.kernel_calls == 0:
+            tests.update(passed=False, summary=f"{run.summary}; but no re-run test reached the kernel")
+    benchmarks = []
+    if benchmark_callers:
+        ref = run_tests(root, benchmark_callers, {"MAXCODE_DISABLE": "1"}, target_id, benchmark=True)
+        cand = run_tests(root, benchmark_callers, env, target_id, benchmark=True)
+        ok = ref.passed and cand.passed and cand.kernel_calls > 0
+        if tests["passed"] is not False:
+            tests["passed"] = ok
+            tests["summary"] = "; ".join(s for s in (tests["summary"], f"benchmarks: {cand.summary}") if s)
+        tests["kernel_calls"] += cand.kernel_calls
+        for name, r in ref.benchmarks.items():
+            c = cand.benchmarks.get(name)
+            if c:
+                benchmarks.append({"name": name, "reference": r, "candidate": c, "speedup": r["median_s"] / max(c["median_s"], 1e-12)})
+    return {"tests": tests, "benchmarks": benchmarks}
