@@ -108,6 +108,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "apply": False,
     "min_speedup": 1.05,
     "device": None,
+    "torch_compile": True,  # the built-in policy's torch.compile variants ([tool.maxcode] only)
 }
 
 

@@ -196,7 +196,11 @@ def _target_report(result: Any, cap: TargetCapture, root: Path) -> dict[str, Any
             best_so_far = max(best_so_far or 0.0, v.speedup)
         else:
             failed[v.status] = failed.get(v.status, 0) + 1
-        trajectory.append({"index": i, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup, "best_so_far": best_so_far, "params": p.params, "reasons": v.reasons[:2]})
+        trajectory.append({
+            "index": i, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
+            "best_so_far": best_so_far, "params": p.params, "reasons": v.reasons[:2],
+            "resumed": bool(v.diagnostics.get("resumed")),
+        })
     correct = [v for _, v in state.trajectory if v.correct]
     entry.update(
         elapsed_s=round(result.elapsed_s, 3),

@@ -19,10 +19,3 @@ def test_options_are_listed_in_help(pytester: pytest.Pytester) -> None:
     out = result.stdout.str()
     for flag in ("--maxcode", "--maxcode-device", "--maxcode-min-speedup"):
         assert flag in out
-
-
-def test_maxcode_flag_says_plainly_that_it_is_not_there_yet(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile("def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess("--maxcode")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--maxcode: optimizing marked targets is not in this version yet*maxcode check*"])

@@ -138,7 +138,8 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     title = f"pytest-maxcode {report.get('tool_version', '?')}: {len(targets)} target(s)"
     table = Table(title=title, caption=machine_line(report), show_lines=False)
     for i, col in enumerate(SUMMARY_COLUMNS):
-        table.add_column(col, justify="right" if i in (1, 2, 3, 4) else "left", overflow="fold")
+        # target ids stay on one line: a reader greps for them
+        table.add_column(col, justify="right" if i in (1, 2, 3, 4) else "left", overflow="fold", no_wrap=(i == 0))
     for t in targets:
         row = summary_row(t)
         style = _STATUS_STYLE.get(str(t.get("status")), "")

@@ -17,6 +17,7 @@ from ..errors import MaxcodeError
 from ..oracle.check import CheckConfig, Oracle
 from ..oracle.reference import ReferenceSpec
 from ..oracle.verdict import Verdict
+from ..targets.decorator import normalized_source_in_file
 from .policy import BuiltinPolicy, Proposal, TargetInfo
 from .strategy import SearchState, SweepStrategy
 
@@ -32,11 +33,14 @@ class SearchResult:
     elapsed_s: float = 0.0
 
 
-def workload_digest(files: list[Path]) -> str:
+def evaluation_key(config: CheckConfig, signatures: list[str], reference_source: str) -> str:
+    """What a verdict depends on: the check's settings, the workloads' signatures, and the
+    reference's code. Not the captured values: tests draw fresh random inputs each run."""
     h = hashlib.sha256()
-    for f in sorted(files):
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+    for part in (config.key(), *sorted(signatures), reference_source):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
 
 
 def verdict_from_row(row: dict[str, Any], path: str) -> Verdict:
@@ -80,7 +84,7 @@ def search_target(
         sig = torch.load(f, weights_only=True)["signature"]
         workloads.append({"name": f.stem, "captured": str(f), "signature": sig})
     result = SearchResult(target, state, "", workloads)
-    policy = BuiltinPolicy(target, root, device)
+    policy = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True)))
     proposals = policy.proposals()
     budget = target.budget or settings["budget"]
     strategy = SweepStrategy(budget, settings.get("time"))
@@ -93,7 +97,9 @@ def search_target(
         candidates_hint=[p.spec for p in proposals],
         workloads=[{"name": w["name"], "captured": w["captured"]} for w in workloads],
     )
-    oracle.eval_key = f"{config.key()}-{workload_digest(captured)}"
+    oracle.eval_key = evaluation_key(
+        config, [w["signature"] for w in workloads], normalized_source_in_file(target.source_file, target.qualname) or ""
+    )
     try:
         with oracle:
             for w, wl in zip(workloads, oracle.workloads):

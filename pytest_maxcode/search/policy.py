@@ -92,10 +92,11 @@ for _part in {qualname!r}.split("."):
 class BuiltinPolicy:
     name = "builtin"
 
-    def __init__(self, target: TargetInfo, root: Path, device: str) -> None:
+    def __init__(self, target: TargetInfo, root: Path, device: str, torch_compile: bool = True) -> None:
         self.target = target
         self.root = root
         self.device = device
+        self.torch_compile = torch_compile
         self.out_dir = root / ".maxcode" / "candidates" / target.id
 
     def _materialize(self, text: str, ext: str, lang: str, fmt: str, stem: str) -> CandidateSpec:
@@ -130,7 +131,7 @@ class BuiltinPolicy:
                 for text, params in expand(seed.read_text(), ext):
                     spec = self._materialize(text, ext, lang, fmt, seed.stem)
                     out.append(Proposal(spec, f"seed:{seed.name}", params))
-        if self.target.kind == "function":
+        if self.target.kind == "function" and self.torch_compile:
             modes = ["default"] + (["max-autotune-no-cudagraphs"] if self.device == "cuda" else [])
             for mode in modes:
                 text = COMPILE_TEMPLATE.format(

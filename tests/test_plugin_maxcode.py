@@ -1,0 +1,227 @@
+"""``pytest --maxcode`` end to end, on pytester projects run in subprocesses.
+
+One module-scoped run does the expensive part (capture, search, verification, apply);
+the tests then read what it left behind and run cheap fresh processes against it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_maxcode.report import validate
+
+LIB = '''
+import torch
+import pytest_maxcode as maxcode
+
+
+@maxcode.optimize(lang="cpp")
+def fused(x, bias):
+    y = torch.relu(x * 2.0 + bias)
+    return y * y - 0.5
+
+
+@maxcode.optimize
+def never_called(x):
+    return x + 1
+'''
+
+TESTS = '''
+import pytest
+import torch
+
+from mylib import fused
+
+
+@pytest.mark.parametrize("rows", [64, 128])
+def test_fused(rows):
+    x, b = torch.randn(rows, 256), torch.randn(256)
+    torch.testing.assert_close(fused(x, b), torch.clamp(2 * x + b, min=0) ** 2 - 0.5)
+
+
+def test_state():
+    import mylib
+    print("STATE", mylib.fused.maxcode.active, "|", mylib.fused.maxcode.reason)
+'''
+
+SEED = '''// maxcode-tune: REPEAT=1,6
+#include <dlpack/dlpack.h>
+#include <cstdint>
+
+extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int32_t n_out, void* stream) {
+  const float* x = (const float*)in[0].data;
+  const float* b = (const float*)in[1].data;
+  float* y = (float*)out[0].data;
+  const int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  for (int rep = 0; rep < REPEAT; ++rep)  // REPEAT > 1 is correct but slower: the sweep must notice
+    for (int64_t r = 0; r < rows; ++r) {
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) {
+        float v = x[r * cols + c] * 2.0f + b[c];
+        v = v > 0.f ? v : 0.f;
+        y[r * cols + c] = v * v - 0.5f;
+      }
+    }
+  return 0;
+}
+'''
+
+WRONG_SEED = SEED.replace("v * v - 0.5f", "v * v + 0.5f").replace("// maxcode-tune: REPEAT=1,6", "#define REPEAT 1")
+
+PYPROJECT = '''
+[tool.maxcode]
+budget = 6
+torch_compile = false
+
+[tool.pytest.ini_options]
+pythonpath = ["."]
+'''
+
+
+def make_project(path: Path) -> None:
+    (path / "mylib.py").write_text(LIB)
+    (path / "test_lib.py").write_text(TESTS)
+    (path / "pyproject.toml").write_text(PYPROJECT)
+    seeds = path / "maxcode_kernels" / "seeds" / "mylib.fused"
+    seeds.mkdir(parents=True)
+    (seeds / "fast.cpp").write_text(SEED)
+    (seeds / "wrong.cpp").write_text(WRONG_SEED)
+
+
+def pytest_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", *args]
+
+
+def run(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run(pytest_cmd(*args), cwd=path, capture_output=True, text=True, env=full, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    path = tmp_path_factory.mktemp("maxcode_project")
+    make_project(path)
+    result = run(path, "--maxcode", "--maxcode-apply", "--maxcode-json=out/report.json")
+    return path, result
+
+
+def target(path: Path, target_id: str) -> dict:
+    report = json.loads((path / "out" / "report.json").read_text())
+    return next(t for t in report["targets"] if t["id"] == target_id)
+
+
+def test_run_passes_and_prints_the_summary(applied) -> None:
+    path, result = applied
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "= maxcode =" in result.stdout
+    assert "mylib.fused" in result.stdout and "verified" in result.stdout
+
+
+def test_capture_records_each_signature(applied) -> None:
+    path, _ = applied
+    sigs = sorted(torch.load(f, weights_only=True)["signature"] for f in (path / ".maxcode" / "inputs" / "mylib.fused").glob("*.pt"))
+    assert sigs == ["float32[128,256]@cpu, float32[256]@cpu", "float32[64,256]@cpu, float32[256]@cpu"]
+
+
+def test_sweep_finds_the_fastest_configuration_and_rejects_the_wrong_seed(applied) -> None:
+    path, _ = applied
+    t = target(path, "mylib.fused")
+    by_origin = {(e["origin"], json.dumps(e["params"], sort_keys=True)): e for e in t["trajectory"]}
+    assert by_origin[("seed:wrong.cpp", "{}")]["status"] == "wrong"
+    fast = by_origin[("seed:fast.cpp", '{"REPEAT": "1"}')]
+    slow = by_origin[("seed:fast.cpp", '{"REPEAT": "6"}')]
+    assert fast["status"] in ("faster", "not_faster") and slow["status"] in ("faster", "not_faster")
+    assert fast["speedup"] > 2 * slow["speedup"]
+    assert t["best"]["params"] == {"REPEAT": "1"} and t["best"]["origin"] == "seed:fast.cpp"
+    assert t["candidates"] == {"tried": 3, "correct": 2, "faster": t["candidates"]["faster"], "failed": {"wrong": 1}}
+    assert len(t["workloads"]) == 2
+
+
+def test_best_is_verified_by_the_users_tests(applied) -> None:
+    path, _ = applied
+    t = target(path, "mylib.fused")
+    if t["status"] == "no_speedup":
+        pytest.skip(f"this machine found no clear speedup this time: {t['reason']}")
+    assert t["status"] == "verified" and t["verified"] is True, t["reason"]
+    assert t["tests"]["passed"] is True and t["tests"]["kernel_calls"] >= 2
+    assert set(t["tests"]["rerun"]) == {"test_lib.py::test_fused[64]", "test_lib.py::test_fused[128]"}
+
+
+def test_target_never_called_is_skipped_with_its_reason(applied) -> None:
+    path, _ = applied
+    t = target(path, "mylib.never_called")
+    assert t["status"] == "skipped" and t["reason"] == "no test called it and it has no inputs="
+
+
+def test_json_report_validates_against_its_schema(applied) -> None:
+    path, _ = applied
+    report = json.loads((path / "out" / "report.json").read_text())
+    assert validate(report) == []
+    for name in ("report.json", "summary.md", "report.html"):
+        assert (path / ".maxcode" / "reports" / name).is_file()
+
+
+def test_apply_then_dispatch_then_stale_then_disable(applied) -> None:
+    path, _ = applied
+    if target(path, "mylib.fused")["status"] != "verified":
+        pytest.skip("nothing was verified on this machine this time")
+    lock = (path / "maxcode.lock").read_text()
+    assert '[targets."mylib.fused"]' in lock and (path / "maxcode_kernels" / "mylib.fused.cpp").is_file()
+    fresh = run(path, "-k", "state or fused")
+    assert fresh.returncode == 0 and "STATE kernel |" in fresh.stdout
+    disabled = run(path, "-k", "state", env={"MAXCODE_DISABLE": "1"})
+    assert "STATE reference | MAXCODE_DISABLE is set" in disabled.stdout
+    lib = path / "mylib.py"
+    original = lib.read_text()
+    try:
+        lib.write_text(original.replace("y * y - 0.5", "y ** 2 - 0.5"))
+        stale = run(path, "-k", "state or fused")
+        assert stale.returncode == 0
+        assert "STATE reference | stale: the reference changed" in stale.stdout
+        assert "MaxcodeWarning" in stale.stdout
+    finally:
+        lib.write_text(original)
+
+
+def test_bad_settings_are_one_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.maxcode]\nbudgett = 3\n")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    r = run(tmp_path, "--maxcode")
+    assert r.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "[tool.maxcode] has no setting 'budgett'" in r.stderr
+
+
+def test_killed_run_resumes_without_repeating_evaluations(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    proc = subprocess.Popen(pytest_cmd("--maxcode"), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = tmp_path / ".maxcode" / "maxcode.db"
+    deadline = time.monotonic() + 300
+    done = 0
+    while time.monotonic() < deadline and done < 1:
+        time.sleep(0.2)
+        if db.exists():
+            try:
+                done = sqlite3.connect(db).execute("SELECT count(*) FROM evaluations").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert done >= 1
+    first = sqlite3.connect(db).execute("SELECT count(*) FROM evaluations").fetchone()[0]
+    assert first < 3, "the run finished before it was killed; nothing to resume"
+    result = run(tmp_path, "--maxcode", "--maxcode-json=r.json")
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = sqlite3.connect(db).execute("SELECT candidate_hash, count(*) FROM evaluations GROUP BY candidate_hash").fetchall()
+    assert len(rows) == 3 and all(n == 1 for _, n in rows)  # every candidate evaluated exactly once
+    t = next(t for t in json.loads((tmp_path / "r.json").read_text())["targets"] if t["id"] == "mylib.fused")
+    assert sum(e["resumed"] for e in t["trajectory"]) == first
