@@ -59,7 +59,34 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     status.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    apply = sub.add_parser(
+        "apply",
+        help="write the verified kernels of a saved report into maxcode_kernels/ and maxcode.lock",
+        description="Apply every verified target of a report written by pytest --maxcode. Exit status 1 when none was applied.",
+    )
+    apply.add_argument("report", nargs="?", default=".maxcode/reports/report.json", metavar="REPORT", help="default: .maxcode/reports/report.json")
     return parser
+
+
+def cmd_apply(ns: argparse.Namespace) -> int:
+    from .apply import apply_report
+    from .report import validate
+
+    path = Path(ns.report)
+    if not path.is_file():
+        raise MaxcodeError(f"{path}: no such report; run pytest --maxcode first")
+    try:
+        report = json.loads(path.read_text())
+    except ValueError as e:
+        raise MaxcodeError(f"{path}: not JSON ({e})") from None
+    errors = validate(report)
+    if errors:
+        raise MaxcodeError(f"{path}: not a maxcode report ({errors[0]})")
+    root = Path.cwd()
+    lines = apply_report(report, root)
+    for line in lines:
+        print(line)
+    return 0 if any(": applied " in line for line in lines) else 1
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
@@ -204,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(ns)
         if ns.command == "status":
             return cmd_status(ns)
+        if ns.command == "apply":
+            return cmd_apply(ns)
     except MaxcodeError as e:
         sys.stderr.write(f"maxcode: error: {e}\n")
         return 2

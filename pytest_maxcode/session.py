@@ -114,9 +114,11 @@ class MaxcodeSession:
         from .search.policy import TargetInfo
 
         h = cap.handle
-        if h.kind == "module":
-            return _skipped(cap, "nn.Module targets are recorded, but this version's search optimizes plain functions only")
-        if "<locals>" in h.reference.__qualname__ or h.source_file is None:
+        if h.kind == "module" and h.options.inputs is not None:
+            return _skipped(cap, "inputs= is for plain functions; an nn.Module target is optimized on the calls its tests make")
+        qualname = h.owner.__qualname__ if h.owner is not None else h.reference.__qualname__
+        module_name = h.owner.__module__ if h.owner is not None else h.reference.__module__
+        if "<locals>" in qualname or h.source_file is None:
             return _skipped(cap, "defined inside a function: a worker cannot import it")
         if h.options.inputs is not None:
             captured = captured + [self._declared_inputs(cap)]
@@ -124,7 +126,7 @@ class MaxcodeSession:
             why = "no test called it and it has no inputs=" if not cap.calls else "no call could be captured (" + ", ".join(cap.skipped) + ")"
             return _skipped(cap, why)
         o = h.options
-        info = TargetInfo(h.id, h.reference.__module__, h.reference.__qualname__, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget)
+        info = TargetInfo(h.id, module_name, qualname, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget)
         self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
         result = search_target(info, captured, self.root, self.settings, store=store, run_id=run_id, progress=self._say)
         entry = _target_report(result, cap, self.root)

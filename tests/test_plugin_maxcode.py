@@ -225,3 +225,22 @@ def test_killed_run_resumes_without_repeating_evaluations(tmp_path: Path) -> Non
     assert len(rows) == 3 and all(n == 1 for _, n in rows)  # every candidate evaluated exactly once
     t = next(t for t in json.loads((tmp_path / "r.json").read_text())["targets"] if t["id"] == "mylib.fused")
     assert sum(e["resumed"] for e in t["trajectory"]) == first
+
+
+def test_maxcode_apply_from_a_saved_report(applied, tmp_path: Path) -> None:
+    path, _ = applied
+    if target(path, "mylib.fused")["status"] != "verified":
+        pytest.skip("nothing was verified on this machine this time")
+    lock = path / "maxcode.lock"
+    saved = lock.read_text()
+    lock.unlink()
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "apply", "out/report.json"], cwd=path, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "mylib.fused: applied maxcode_kernels/mylib.fused.cpp" in r.stdout
+        assert "mylib.never_called: not applied (skipped" in r.stdout
+        assert '[targets."mylib.fused"]' in lock.read_text()
+        bad = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "apply", "nope.json"], cwd=path, capture_output=True, text=True)
+        assert bad.returncode == 2 and bad.stderr.strip() == "maxcode: error: nope.json: no such report; run pytest --maxcode first"
+    finally:
+        lock.write_text(saved)

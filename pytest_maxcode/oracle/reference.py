@@ -30,11 +30,13 @@ class ReferenceSpec:
 
     module: str | None = None  # a marked target is imported by name from rootdir
     rootdir: Path | None = None
+    instance: Path | None = None  # an nn.Module target: its captured instance
 
     def to_worker(self, has_captured: bool = False) -> dict:
         return {
             "module": self.module,
             "rootdir": str(self.rootdir) if self.rootdir else None,
+            "instance": str(self.instance) if self.instance else None,
             "kind": self.kind,
             "path": str(self.path),
             "name": self.name,

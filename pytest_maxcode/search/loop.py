@@ -76,7 +76,8 @@ def search_target(
     min_speedup = target.min_speedup or settings["min_speedup"]
     device = settings["device"] or ("cuda" if target.lang == "cuda" else "cpu")
     config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup)
-    reference = ReferenceSpec("function", target.source_file, target.qualname, module=target.module, rootdir=root)
+    instance = captured[0].parent / "module.pt" if target.kind == "module" else None
+    reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
     import torch
 
     workloads = []

@@ -49,6 +49,8 @@ class TargetCapture:
     benchmark_callers: list[str] = field(default_factory=list)
     calls: int = 0
     bytes: int = 0
+    module: Any = None  # for nn.Module targets: a copy of the first instance seen, weights included
+    module_signature: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)  # why calls were not captured
 
     def note_skip(self, why: str) -> None:
@@ -88,6 +90,8 @@ class Recorder:
             if self.current_uses_benchmark:
                 cap.benchmark_callers.append(test)
         values = args[1:] if cap.handle.kind == "module" else args
+        if cap.handle.kind == "module" and not self._same_module(cap, args[0]):
+            return
         if kwargs:
             cap.note_skip("called with keyword arguments")
             return
@@ -111,6 +115,22 @@ class Recorder:
             w.sets.append([v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v for v in values])
         cap.bytes += size
 
+    @staticmethod
+    def _same_module(cap: TargetCapture, module: Any) -> bool:
+        """One configuration per module target: the first instance's parameter shapes."""
+        import copy
+
+        state = [(n, tuple(t.shape), str(t.dtype)) for n, t in (*module.named_parameters(), *module.named_buffers())]
+        sig = repr(state)
+        if cap.module_signature is None:
+            cap.module_signature = sig
+            cap.module = copy.deepcopy(module).to("cpu")
+            return True
+        if sig != cap.module_signature:
+            cap.note_skip("an instance with other parameter shapes than the first one seen")
+            return False
+        return True
+
     def save(self, root: Path) -> dict[str, list[Path]]:
         """Write each workload as ``.maxcode/inputs/<target>/<sig-hash>.pt``; returns the files."""
         import torch
@@ -128,5 +148,8 @@ class Recorder:
                 torch.save({"signature": w.signature, "sets": w.sets}, tmp)
                 tmp.replace(path)
                 files.append(path)
+            if cap.module is not None and files:
+                torch.save(cap.module, d / "module.pt.tmp")
+                (d / "module.pt.tmp").replace(d / "module.pt")
             out[target_id] = files
         return out

@@ -176,10 +176,18 @@ class Reference:
             obj = module
             for part in spec["name"].split("."):
                 obj = getattr(obj, part)
-            self.model_cls = None
-            self.fn = getattr(obj, "__wrapped__", obj)  # the undecorated reference
             self.init_inputs_fn = None
             self.inputs_fn = None
+            if spec.get("instance"):
+                # an nn.Module target: the instance captured from the user's tests
+                import torch
+
+                self.instance = torch.load(spec["instance"], weights_only=False)
+                self.model_cls = type(self.instance)
+                self.fn = None
+            else:
+                self.model_cls = None
+                self.fn = getattr(obj, "__wrapped__", obj)  # the undecorated reference
             return
         module = _import_path(spec["path"], "maxcode_reference")
         if spec["kind"] == "module":
@@ -220,8 +228,13 @@ class Reference:
 
         if self.model_cls is None:
             return self.fn, []
-        torch.manual_seed(seed)
-        model = self.model_cls(*self.init_inputs()).to(device).eval()
+        if getattr(self, "instance", None) is not None:
+            import copy
+
+            model = copy.deepcopy(self.instance).to(device).eval()
+        else:
+            torch.manual_seed(seed)
+            model = self.model_cls(*self.init_inputs()).to(device).eval()
         extras = [p.detach() for _, p in model.named_parameters()]
         extras += [b.detach() for _, b in model.named_buffers()]
         return model, extras
