@@ -120,6 +120,8 @@ class MaxcodeSession:
         module_name = h.owner.__module__ if h.owner is not None else h.reference.__module__
         if "<locals>" in qualname or h.source_file is None:
             return _skipped(cap, "defined inside a function: a worker cannot import it")
+        if (h.options.lang == "cuda" or self.settings["device"] == "cuda") and not _cuda_available():
+            return _skipped(cap, "lang='cuda' needs a CUDA device, and this machine has none")
         if h.options.inputs is not None:
             captured = captured + [self._declared_inputs(cap)]
         if not captured:
@@ -172,6 +174,12 @@ def _skipped(cap: TargetCapture, reason: str) -> dict[str, Any]:
         "candidates": {"tried": 0, "correct": 0, "faster": 0, "failed": {}}, "best": None,
         "tests": {"rerun": cap.callers, "passed": None, "summary": ""}, "benchmarks": [], "trajectory": [], "elapsed_s": 0.0,
     }
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _machine(device: str) -> dict[str, Any]:

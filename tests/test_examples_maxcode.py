@@ -38,3 +38,40 @@ def test_kernelbench_module_example(tmp_path: Path) -> None:
     assert t["status"] in ("verified", "no_speedup"), t["reason"]
     if t["status"] == "verified":
         assert t["tests"]["passed"] and t["tests"]["kernel_calls"] >= 1
+
+
+def test_cuda_example_seeds_compile_everywhere(tmp_path: Path) -> None:
+    """Every configuration of the CUDA seed builds with nvcc, GPU or not."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    from pytest_maxcode.oracle import build
+    from pytest_maxcode.search.policy import expand
+
+    seed = EXAMPLES / "cuda_project" / "maxcode_kernels" / "seeds" / "gelu_ops.fused_bias_gelu" / "gelu.cu"
+    variants = expand(seed.read_text(), ".cu")
+    assert [params for _, params in variants] == [{"BLOCK": "128"}, {"BLOCK": "256"}, {"BLOCK": "512"}]
+    sources = []
+    for i, (text, _) in enumerate(variants):
+        p = tmp_path / f"gelu{i}.cu"
+        p.write_text(text)
+        sources.append(build.Source(p, "cuda"))
+    results = build.build_all(sources, tmp_path / "cache")
+    assert all(r.ok for r in results), [r.errors for r in results]
+
+
+def test_cuda_example_without_a_gpu_says_why(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    _, report = run_example("cuda_project", tmp_path)
+    (t,) = report["targets"]
+    assert t["status"] == "skipped" and "needs a CUDA device" in t["reason"]
+
+
+@pytest.mark.gpu
+def test_cuda_example_on_a_gpu(tmp_path: Path) -> None:
+    _, report = run_example("cuda_project", tmp_path)
+    (t,) = report["targets"]
+    assert t["candidates"]["correct"] == 3, t["trajectory"]
+    assert t["status"] in ("verified", "no_speedup"), t["reason"]
