@@ -114,6 +114,8 @@ class MaxcodeSession:
         from .search.policy import TargetInfo
 
         h = cap.handle
+        if h.options.inplace:
+            return _skipped(cap, "inplace=True targets are recorded, but this version's oracle verifies only out-of-place kernels")
         if h.kind == "module" and h.options.inputs is not None:
             return _skipped(cap, "inputs= is for plain functions; an nn.Module target is optimized on the calls its tests make")
         qualname = h.owner.__qualname__ if h.owner is not None else h.reference.__qualname__
