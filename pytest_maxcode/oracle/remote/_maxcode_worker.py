@@ -728,7 +728,7 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
     min_speedup = float(job.get("min_speedup", 1.05))
     r = 0
     while r < max_rounds and (r < min_rounds or _NOW() < budget_end):
-        if r >= max(min_rounds, 30) and r % 16 == 0 and _decided(samples["ref"], samples["cand"], min_speedup):
+        if r >= max(min_rounds, 20) and r % 8 == 0 and _decided(samples["ref"], samples["cand"], min_speedup):
             break
         order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
         for who in order:
@@ -870,6 +870,9 @@ def main(ctl_fd: int, parent: int) -> None:
 
             with open(msg[1], "rb") as f:
                 inputs = torch.load(f, weights_only=True)
+            # children inherit all of this: frozen, their collections skip it (and its pages stay shared)
+            gc.collect()
+            gc.freeze()
             _send_ctl(ctl, "ok")
             continue
         if msg[0] == "fork":
