@@ -9,7 +9,6 @@ many calls the kernel served (``MAXCODE_TRACE``); zero is a failed verification.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile

@@ -179,7 +179,7 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
             "  description = build $out",
             "",
         ]
-        for key, (_res, command, d) in todo.items():
+        for _res, command, d in todo.values():
             lib = d / "candidate.so"
             tmp_lib = d / f"candidate.so.tmp{os.getpid()}"
             cmd = command[:-1] + [str(tmp_lib)]
@@ -201,7 +201,7 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
         )
         wall = time.monotonic() - start
         durations = _ninja_durations(Path(tmp) / ".ninja_log")
-    for key, (res, command, d) in todo.items():
+    for res, command, d in todo.values():
         lib = d / "candidate.so"
         log_path = d / "build.log"
         res.log = log_path.read_text(errors="replace") if log_path.exists() else ""

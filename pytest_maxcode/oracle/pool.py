@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
 import signal
 import socket
 import subprocess
@@ -21,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .sandbox import scrubbed_env
 

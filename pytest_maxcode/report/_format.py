@@ -106,6 +106,27 @@ def fmt_params(params: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
+def target_facts(t: Mapping[str, Any]) -> list[str]:
+    """The per-target facts every renderer lists, as plain text (each renderer escapes)."""
+    facts = [
+        f"speedup {fmt_speedup(t.get('speedup'), t.get('speedup_ci'))}, baseline {fmt_time(t.get('baseline_s'))}, "
+        f"best {fmt_time(t.get('best_s'))}, elapsed {fmt_time(t.get('elapsed_s'))}"
+    ]
+    best = t.get("best")
+    if isinstance(best, Mapping):
+        facts.append(
+            f"best candidate: {best.get('source_path', '?')} ({best.get('lang', '?')}, origin {best.get('origin', '?')}, "
+            f"hash {str(best.get('hash', ''))[:12]}), params: {fmt_params(best.get('params'))}"
+        )
+    cands = t.get("candidates")
+    if isinstance(cands, Mapping):
+        facts.append(
+            f"candidates: {cands.get('tried', 0)} tried, {cands.get('correct', 0)} correct, "
+            f"{cands.get('faster', 0)} faster; failed: {fmt_failed(cands.get('failed'))}"
+        )
+    return facts
+
+
 def summary_row(target: Mapping[str, Any]) -> list[str]:
     """One row of the summary table, in :data:`SUMMARY_COLUMNS` order."""
     workloads = target.get("workloads") or []

@@ -182,23 +182,8 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
         f"<h2>{esc(t.get('id', '?'))}</h2>",
         f'<p><span class="{esc(status)}">{esc(f.fmt_verdict(t))}</span>: {esc(t.get("reason", "") or "-")}</p>',
         "<ul>",
-        f"<li>speedup {esc(f.fmt_speedup(t.get('speedup'), t.get('speedup_ci')))}, "
-        f"baseline {esc(f.fmt_time(t.get('baseline_s')))}, best {esc(f.fmt_time(t.get('best_s')))}, "
-        f"elapsed {esc(f.fmt_time(t.get('elapsed_s')))}</li>",
+        *(f"<li>{esc(fact)}</li>" for fact in f.target_facts(t)),
     ]
-    best = t.get("best")
-    if isinstance(best, Mapping):
-        out.append(
-            f"<li>best candidate: <code>{esc(best.get('source_path', '?'))}</code> ({esc(best.get('lang', '?'))}, "
-            f"origin {esc(best.get('origin', '?'))}, hash <code>{esc(str(best.get('hash', ''))[:12])}</code>), "
-            f"params: {esc(f.fmt_params(best.get('params')))}</li>"
-        )
-    cands = t.get("candidates")
-    if isinstance(cands, Mapping):
-        out.append(
-            f"<li>candidates: {esc(cands.get('tried', 0))} tried, {esc(cands.get('correct', 0))} correct, "
-            f"{esc(cands.get('faster', 0))} faster; failed: {esc(f.fmt_failed(cands.get('failed')))}</li>"
-        )
     tests = t.get("tests")
     if isinstance(tests, Mapping) and tests.get("rerun"):
         items = "".join(f"<li><code>{esc(n)}</code></li>" for n in tests["rerun"])

@@ -33,26 +33,7 @@ def _target_section(t: Mapping[str, Any]) -> list[str]:
     out = [f"## {md_escape(t.get('id', '?'))}", ""]
     out.append(f"**{md_escape(f.fmt_verdict(t))}**: {md_escape(t.get('reason', '') or '-')}")
     out.append("")
-    facts = [
-        f"speedup {md_escape(f.fmt_speedup(t.get('speedup'), t.get('speedup_ci')))}",
-        f"baseline {md_escape(f.fmt_time(t.get('baseline_s')))}",
-        f"best {md_escape(f.fmt_time(t.get('best_s')))}",
-        f"elapsed {md_escape(f.fmt_time(t.get('elapsed_s')))}",
-    ]
-    out += ["- " + ", ".join(facts)]
-    best = t.get("best")
-    if isinstance(best, Mapping):
-        out.append(
-            f"- best candidate: {md_escape(best.get('source_path', '?'))} "
-            f"({md_escape(best.get('lang', '?'))}, origin {md_escape(best.get('origin', '?'))}, "
-            f"hash {md_escape(str(best.get('hash', ''))[:12])}), params: {md_escape(f.fmt_params(best.get('params')))}"
-        )
-    cands = t.get("candidates")
-    if isinstance(cands, Mapping):
-        out.append(
-            f"- candidates: {md_escape(cands.get('tried', 0))} tried, {md_escape(cands.get('correct', 0))} correct, "
-            f"{md_escape(cands.get('faster', 0))} faster; failed: {md_escape(f.fmt_failed(cands.get('failed')))}"
-        )
+    out += [f"- {md_escape(fact)}" for fact in f.target_facts(t)]
     tests = t.get("tests")
     if isinstance(tests, Mapping) and tests.get("rerun"):
         out.append(f"- tests re-run: {md_escape(f.fmt_tests(tests))}")

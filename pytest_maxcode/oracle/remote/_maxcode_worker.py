@@ -26,7 +26,6 @@ import io  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
-import pickle  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
@@ -630,9 +629,9 @@ class _Callgrind:
         self.prefix = os.path.join(out_dir, f"cg.{os.getpid()}.")
         self.dumps = 0
 
-    def count(self, run) -> int:
+    def count(self, run, *args) -> int:
         self.lib.maxcode_cg_toggle()
-        run()
+        run(*args)
         self.lib.maxcode_cg_toggle()
         self.lib.maxcode_cg_dump(b"maxcode")
         self.dumps += 1
@@ -667,7 +666,7 @@ def _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn) -> None
         for who in (("ref", "cand") if r % 2 == 0 else ("cand", "ref")):
             side = sides[who]
             used = side.refill(r + (who == "cand"), poison=r)
-            samples[who].append(cg.count(lambda: side.run(0)))
+            samples[who].append(cg.count(side.run, 0))
             if who == "cand":
                 rechecks.append([used[0], [o.detach().clone() for o in side.outputs(0)]])
             side.discard()
