@@ -43,9 +43,9 @@ import torch
 from mylib import fused
 
 
-@pytest.mark.parametrize("rows", [64, 128])
+@pytest.mark.parametrize("rows", [256, 512])
 def test_fused(rows):
-    x, b = torch.randn(rows, 256), torch.randn(256)
+    x, b = torch.randn(rows, 1024), torch.randn(1024)
     torch.testing.assert_close(fused(x, b), torch.clamp(2 * x + b, min=0) ** 2 - 0.5)
 
 
@@ -54,7 +54,7 @@ def test_state():
     print("STATE", mylib.fused.maxcode.active, "|", mylib.fused.maxcode.reason)
 '''
 
-SEED = '''// maxcode-tune: REPEAT=1,6
+SEED = '''// maxcode-tune: REPEAT=1,8
 #include <dlpack/dlpack.h>
 #include <cstdint>
 
@@ -76,7 +76,7 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
 }
 '''
 
-WRONG_SEED = SEED.replace("v * v - 0.5f", "v * v + 0.5f").replace("// maxcode-tune: REPEAT=1,6", "#define REPEAT 1")
+WRONG_SEED = SEED.replace("v * v - 0.5f", "v * v + 0.5f").replace("// maxcode-tune: REPEAT=1,8", "#define REPEAT 1")
 
 PYPROJECT = '''
 [tool.maxcode]
@@ -130,7 +130,7 @@ def test_run_passes_and_prints_the_summary(applied) -> None:
 def test_capture_records_each_signature(applied) -> None:
     path, _ = applied
     sigs = sorted(torch.load(f, weights_only=True)["signature"] for f in (path / ".maxcode" / "inputs" / "mylib.fused").glob("*.pt"))
-    assert sigs == ["float32[128,256]@cpu, float32[256]@cpu", "float32[64,256]@cpu, float32[256]@cpu"]
+    assert sigs == ["float32[256,1024]@cpu, float32[1024]@cpu", "float32[512,1024]@cpu, float32[1024]@cpu"]
 
 
 def test_sweep_finds_the_fastest_configuration_and_rejects_the_wrong_seed(applied) -> None:
@@ -139,7 +139,7 @@ def test_sweep_finds_the_fastest_configuration_and_rejects_the_wrong_seed(applie
     by_origin = {(e["origin"], json.dumps(e["params"], sort_keys=True)): e for e in t["trajectory"]}
     assert by_origin[("seed:wrong.cpp", "{}")]["status"] == "wrong"
     fast = by_origin[("seed:fast.cpp", '{"REPEAT": "1"}')]
-    slow = by_origin[("seed:fast.cpp", '{"REPEAT": "6"}')]
+    slow = by_origin[("seed:fast.cpp", '{"REPEAT": "8"}')]
     assert fast["status"] in ("faster", "not_faster") and slow["status"] in ("faster", "not_faster")
     assert fast["speedup"] > 2 * slow["speedup"]
     assert t["best"]["params"] == {"REPEAT": "1"} and t["best"]["origin"] == "seed:fast.cpp"
@@ -154,7 +154,7 @@ def test_best_is_verified_by_the_users_tests(applied) -> None:
         pytest.skip(f"this machine found no clear speedup this time: {t['reason']}")
     assert t["status"] == "verified" and t["verified"] is True, t["reason"]
     assert t["tests"]["passed"] is True and t["tests"]["kernel_calls"] >= 2
-    assert set(t["tests"]["rerun"]) == {"test_lib.py::test_fused[64]", "test_lib.py::test_fused[128]"}
+    assert set(t["tests"]["rerun"]) == {"test_lib.py::test_fused[256]", "test_lib.py::test_fused[512]"}
 
 
 def test_target_never_called_is_skipped_with_its_reason(applied) -> None:

@@ -186,20 +186,19 @@ class NativeDispatcher:
             if all(isinstance(o, torch.Tensor) for o in outs):
                 self.out_meta[key] = [(o.shape, o.dtype) for o in outs]
             return result
+        from ..oracle.remote._maxcode_abi import KernelError, call_native
+
         try:
             kernel = self.kernel or self._load()
-            from ..oracle.remote._maxcode_abi import TensorArray, as_abi_tensors
-
             device = tensors[0].device if tensors else torch.device(self.device)
-            outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in meta]
             stream = torch.cuda.current_stream(device).cuda_stream if self.device == "cuda" else None
-            rc = kernel.run(TensorArray(as_abi_tensors(call_args, device) + extras), TensorArray(outs), stream)
+            outs = call_native(kernel, call_args, extras, meta, device, stream)
+        except KernelError as e:
+            self._fallback("rc", f"the kernel returned {e.rc}")
+            return ref(*args)
         except Exception as e:  # noqa: BLE001 - any failure falls back
             self.handle.use_reference(f"kernel failed: {e}")
             self._fallback("load", f"the accepted kernel failed ({e})")
-            return ref(*args)
-        if rc != 0:
-            self._fallback("rc", f"the kernel returned {rc}")
             return ref(*args)
         self.calls += 1
         return outs[0] if len(outs) == 1 else tuple(outs)

@@ -490,7 +490,7 @@ class _Side:
     call is wrong, and outputs are poisoned so unwritten output is visible.
     """
 
-    def __init__(self, name, sets, slots, device, runner, extras, out_meta, native) -> None:
+    def __init__(self, name, sets, slots, device, runner, extras, out_meta, native, preallocated=False) -> None:
         import torch
 
         self.name = name
@@ -498,15 +498,16 @@ class _Side:
         self.device = device
         self.runner = runner
         self.native = native
+        # correctness calls write into preallocated, poisoned buffers; timed calls go through
+        # the same allocate-marshal-run path as the runtime dispatcher
+        self.preallocated = native and preallocated
         self.bufs = [[_clone(v) for v in _to_device(sets[0], device)] for _ in range(slots)]
         self.extras = extras
+        self.out_meta = [(shape, getattr(torch, dt)) for shape, dt in out_meta]
         self.outs: list = [None] * slots
-        if native:
+        if self.preallocated:
             abi = runner.abi
-            self.outs = [
-                [torch.empty(shape, dtype=getattr(torch, dt), device=device) for shape, dt in out_meta]
-                for _ in range(slots)
-            ]
+            self.outs = [[torch.empty(shape, dtype=dt, device=device) for shape, dt in self.out_meta] for _ in range(slots)]
             self.in_arrays = [abi.TensorArray(abi.as_abi_tensors(b, device) + extras) for b in self.bufs]
             self.out_arrays = [abi.TensorArray(o) for o in self.outs]
 
@@ -520,7 +521,7 @@ class _Side:
             for dst, src in zip(buf, self.sets[idx]):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
-            if self.native:
+            if self.preallocated:
                 for o in self.outs[s]:
                     _poison(o, poison + s)
             else:
@@ -529,10 +530,18 @@ class _Side:
         return used
 
     def run(self, slot: int) -> None:
-        if self.native:
+        if self.preallocated:
             rc = self.runner.kernel.run(self.in_arrays[slot], self.out_arrays[slot], self.runner.stream)
             if rc != 0:
                 raise CandidateError("runtime_error", f"maxcode_run returned {rc}")
+        elif self.native:
+            abi = self.runner.abi
+            try:
+                self.outs[slot] = abi.call_native(
+                    self.runner.kernel, self.bufs[slot], self.extras, self.out_meta, self.device, self.runner.stream
+                )
+            except abi.KernelError as e:
+                raise CandidateError("runtime_error", str(e)) from None
         else:
             self.outs[slot] = self.runner(*self.bufs[slot])
 
@@ -540,17 +549,18 @@ class _Side:
         return self.outs[slot] if self.native else _as_outputs(self.outs[slot])
 
     def discard(self) -> None:
-        """Poison the reference's fresh outputs before freeing them.
+        """Poison freshly allocated outputs before freeing them.
 
         Otherwise an allocator could hand that memory, still holding the right answer,
-        to a candidate that allocates its output and never writes it.
+        to a kernel that allocates its output and never writes it.
         """
-        if not self.native:
-            for s, o in enumerate(self.outs):
-                if o is not None:
-                    for t in _as_outputs(o):
-                        _poison(t, 0)
-                self.outs[s] = None
+        if self.preallocated:
+            return
+        for s, o in enumerate(self.outs):
+            if o is not None:
+                for t in _as_outputs(o):
+                    _poison(t, 0)
+            self.outs[s] = None
 
 
 def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) -> None:
@@ -574,7 +584,7 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
 
     for w in inputs:
         sets = w["sets"]
-        side = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native)
+        side = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native, preallocated=True)
         # correctness: the same buffers are refilled with each set in turn
         for i in range(len(sets)):
             _send_child(conn, "stage", f"check {w['name']} set {i}")
