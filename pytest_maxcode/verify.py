@@ -44,7 +44,9 @@ def run_tests(root: Path, nodeids: list[str], env_extra: dict[str, str], target_
         env["MAXCODE_TRACE"] = str(trace)
         args = [sys.executable, "-m", "pytest", *nodeids, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
         if benchmark:
-            args += ["--benchmark-only", f"--benchmark-json={bench_json}"]
+            # both sides warmed up and given enough rounds: pytest-benchmark's defaults (no
+            # warm-up, a handful of rounds for ms-scale calls) measure first-call effects
+            args += ["--benchmark-only", f"--benchmark-json={bench_json}", "--benchmark-warmup=on", "--benchmark-min-rounds=20"]
         try:
             proc = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=RERUN_TIMEOUT, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
