@@ -33,6 +33,7 @@ def apply_report(report: dict[str, Any], root: Path) -> list[str]:
             speedup_ci=t["speedup_ci"],
             signatures=t.get("signatures", []),
             outputs=t.get("outputs", {}),
+            returns=t.get("returns"),
         )
         lines.append(f"{t['id']}: applied {entry.kernel} ({t['speedup']:.3g}x) to maxcode.lock")
     return lines

@@ -146,6 +146,7 @@ def _config(ns: argparse.Namespace):
         cxxflags=shlex.split(ns.cxxflags) if ns.cxxflags is not None else None,
         nvccflags=shlex.split(ns.nvccflags) if ns.nvccflags is not None else None,
         jobs=ns.jobs,
+        inplace=ns.inplace,
     )
 
 

@@ -90,6 +90,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("nvccflags", "nvcc flags replacing the defaults (-O3 -std=c++17), one string; -arch is added", metavar="FLAGS"),
     Option("jobs", "parallel builds (default: one per core)", type=int, metavar="N"),
     Option("json", "print one JSON array on stdout, one object per candidate", action="store_true", default=False),
+    Option("inplace", "the reference writes its result into its tensor arguments; they are what is compared", action="store_true", default=False),
     Option("target", "optimize only targets whose id matches this glob (e.g. 'mylib.*'; repeatable)", action="append", metavar="PATTERN", scopes=PYTEST),
     Option("budget", "candidates evaluated per target (default 8)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("time", "seconds of search per target (default: no limit)", type=positive_float, default=None, metavar="SECONDS", scopes=PYTEST),

@@ -114,8 +114,8 @@ class MaxcodeSession:
         from .search.policy import TargetInfo
 
         h = cap.handle
-        if h.options.inplace:
-            return _skipped(cap, "inplace=True targets are recorded, but this version's oracle verifies only out-of-place kernels")
+        if h.options.inplace and h.kind == "module":
+            return _skipped(cap, "inplace=True is for functions that write into their tensor arguments, not nn.Modules")
         if h.kind == "module" and h.options.inputs is not None:
             return _skipped(cap, "inputs= is for plain functions; an nn.Module target is optimized on the calls its tests make")
         qualname = h.owner.__qualname__ if h.owner is not None else h.reference.__qualname__
@@ -130,7 +130,7 @@ class MaxcodeSession:
             why = "no test called it and it has no inputs=" if not cap.calls else "no call could be captured (" + ", ".join(cap.skipped) + ")"
             return _skipped(cap, why)
         o = h.options
-        info = TargetInfo(h.id, module_name, qualname, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget)
+        info = TargetInfo(h.id, module_name, qualname, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget, o.inplace)
         self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
         result = search_target(info, captured, self.root, self.settings, store=store, run_id=run_id, progress=self._say)
         entry = _target_report(result, cap, self.root)
@@ -259,6 +259,8 @@ def _target_report(result: Any, cap: TargetCapture, root: Path) -> dict[str, Any
         best={"source_path": str(path.relative_to(root)), "hash": v.hash, "lang": p.spec.lang, "origin": p.origin, "params": p.params},
         outputs=outputs, signatures=signatures,
     )
+    if result.target.inplace:
+        entry["returns"] = next((w.get("returns") for w in result.workloads if w.get("returns")), "none")
     if v.status == "faster":
         entry.update(status="faster", reason=v.reasons[0] if v.reasons else "")
     else:

@@ -192,3 +192,20 @@ def test_killed_run_leaves_a_consistent_store_and_no_processes(project: Path) ->
     r = run_maxcode(["check", "ref.py", "good.cpp", "--json", *FAST], cwd=project)
     assert r.returncode == 0
     assert db.execute("SELECT count(*) FROM evaluations").fetchone()[0] == 3
+
+
+def test_inplace_reference_compares_the_arguments_after_the_call(tmp_path: Path) -> None:
+    shutil.copytree(DATA / "inplace", tmp_path / "p")
+    r = run_maxcode(
+        ["check", "ops.py:scale_", "scale.cpp", "noop.cpp", "--inputs", "ops.py:make_scale", "--inplace", "--json", *FAST],
+        cwd=tmp_path / "p",
+    )
+    good, noop = r.verdicts
+    assert good["status"] in ("faster", "not_faster"), good["reasons"]
+    assert noop["status"] == "wrong"
+    r = run_maxcode(
+        ["check", "ops.py:clamp_both_", "clamp_one.cpp", "--inputs", "ops.py:make_pair", "--inplace", "--json", *FAST],
+        cwd=tmp_path / "p",
+    )
+    (v,) = r.verdicts
+    assert v["status"] == "wrong" and "output 1" in v["reasons"][0]  # the second argument was not clamped

@@ -168,3 +168,43 @@ def test_status_device_mismatch(proj: pytest.Pytester) -> None:
     lock.write_text(tomli_w.dumps(data))
     code, rows = _status(proj.path)
     assert code == 0 and rows[0]["state"] == "device-mismatch"
+
+
+INPLACE_LIB = '''
+import pytest_maxcode as maxcode
+
+
+@maxcode.optimize(inplace=True)
+def scale_(x, alpha):
+    x.mul_(alpha)
+    return x
+'''
+
+INPLACE_USE = '''
+import ctypes
+import torch
+import mylib_inplace
+
+
+def test_inplace_dispatch():
+    h = mylib_inplace.scale_.maxcode
+    x = torch.arange(8, dtype=torch.float32)
+    out = mylib_inplace.scale_(x, 2.0)
+    calls = ctypes.c_int.in_dll(h._impl.kernel.lib, "maxcode_test_calls").value
+    print("INPLACE", h.active, out is x, x.tolist(), calls)
+'''
+
+
+def test_inplace_kernel_writes_the_argument_and_returns_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(mylib_inplace=INPLACE_LIB, test_inplace=INPLACE_USE)
+    kernel = (DATA / "inplace" / "scale.cpp").read_text().replace(
+        'extern "C" int maxcode_run(', 'extern "C" int maxcode_test_calls = 0;\nextern "C" int maxcode_run('
+    ).replace("if (n_in != 2 || n_out != 0) return 1;", "if (n_in != 2 || n_out != 0) return 1;\n  ++maxcode_test_calls;")
+    accept(
+        pytester.path, target_id="mylib_inplace.scale_", reference_file=pytester.path / "mylib_inplace.py",
+        qualname="scale_", kernel_source=kernel, lang="cpp", device="cpu", arch="x86_64",
+        speedup=1.5, speedup_ci=[1.2, 1.8], signatures=[[["float32", 1, True], ["float"]]], returns="arg0",
+    )
+    result = pytester.runpytest_subprocess("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*INPLACE kernel True [[]0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0[]] 1*"])

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import DATA
 from pytest_maxcode.report import validate
 
 LIB = '''
@@ -34,6 +35,12 @@ def fused(x, bias):
 @maxcode.optimize
 def never_called(x):
     return x + 1
+
+
+@maxcode.optimize(inplace=True, lang="cpp")
+def scale_(x, alpha):
+    x.mul_(alpha)
+    return x
 '''
 
 TESTS = '''
@@ -47,6 +54,15 @@ from mylib import fused
 def test_fused(rows):
     x, b = torch.randn(rows, 1024), torch.randn(1024)
     torch.testing.assert_close(fused(x, b), torch.clamp(2 * x + b, min=0) ** 2 - 0.5)
+
+
+def test_scale_in_place():
+    from mylib import scale_
+
+    x = torch.randn(100_000)
+    expected = x * 1.5
+    assert scale_(x, 1.5) is x
+    torch.testing.assert_close(x, expected)
 
 
 def test_state():
@@ -96,6 +112,9 @@ def make_project(path: Path) -> None:
     seeds.mkdir(parents=True)
     (seeds / "fast.cpp").write_text(SEED)
     (seeds / "wrong.cpp").write_text(WRONG_SEED)
+    inplace = path / "maxcode_kernels" / "seeds" / "mylib.scale_"
+    inplace.mkdir(parents=True)
+    (inplace / "scale.cpp").write_text((DATA / "inplace" / "scale.cpp").read_text())
 
 
 def pytest_cmd(*args: str) -> list[str]:
@@ -193,6 +212,16 @@ def test_apply_then_dispatch_then_stale_then_disable(applied) -> None:
         lib.write_text(original)
 
 
+def test_inplace_target_is_searched_verified_and_locked_with_its_return(applied) -> None:
+    path, _ = applied
+    t = target(path, "mylib.scale_")
+    assert t["candidates"]["correct"] == 1, t["trajectory"]
+    assert t["status"] in ("verified", "no_speedup"), t["reason"]
+    if t["status"] == "verified":
+        assert t["returns"] == "arg0"
+        assert 'returns = "arg0"' in (path / "maxcode.lock").read_text()
+
+
 def test_bad_settings_are_one_usage_error(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.maxcode]\nbudgett = 3\n")
     (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
@@ -211,17 +240,19 @@ def test_killed_run_resumes_without_repeating_evaluations(tmp_path: Path) -> Non
         time.sleep(0.2)
         if db.exists():
             try:
-                done = sqlite3.connect(db).execute("SELECT count(*) FROM evaluations").fetchone()[0]
+                done = sqlite3.connect(db).execute("SELECT count(*) FROM evaluations WHERE target_id='mylib.fused'").fetchone()[0]
             except sqlite3.OperationalError:
                 pass
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert done >= 1
-    first = sqlite3.connect(db).execute("SELECT count(*) FROM evaluations").fetchone()[0]
+    first = sqlite3.connect(db).execute("SELECT count(*) FROM evaluations WHERE target_id='mylib.fused'").fetchone()[0]
     assert first < 3, "the run finished before it was killed; nothing to resume"
     result = run(tmp_path, "--maxcode", "--maxcode-json=r.json")
     assert result.returncode == 0, result.stdout[-3000:]
-    rows = sqlite3.connect(db).execute("SELECT candidate_hash, count(*) FROM evaluations GROUP BY candidate_hash").fetchall()
+    rows = sqlite3.connect(db).execute(
+        "SELECT candidate_hash, count(*) FROM evaluations WHERE target_id='mylib.fused' GROUP BY candidate_hash"
+    ).fetchall()
     assert len(rows) == 3 and all(n == 1 for _, n in rows)  # every candidate evaluated exactly once
     t = next(t for t in json.loads((tmp_path / "r.json").read_text())["targets"] if t["id"] == "mylib.fused")
     assert sum(e["resumed"] for e in t["trajectory"]) == first

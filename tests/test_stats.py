@@ -48,3 +48,25 @@ def test_summary() -> None:
 def test_empty_timings_are_an_error() -> None:
     with pytest.raises(ValueError):
         stats.speedup([([], [1.0])])
+
+
+def test_a_burst_of_noise_does_not_make_identical_code_faster() -> None:
+    """Machine noise comes in bursts over consecutive rounds, not independently per round."""
+    rng = np.random.default_rng(3)
+    false_faster = 0
+    for trial in range(200):
+        ref = rng.lognormal(0, 0.05, 40)
+        cand = rng.lognormal(0, 0.05, 40)
+        start = rng.integers(0, 30)
+        ref[start : start + 10] *= 1.5  # a stall that happened to hit the reference's rounds
+        if stats.speedup([(ref, cand)], seed=trial).faster(1.05):
+            false_faster += 1
+    assert false_faster <= 4
+
+
+def test_faster_needs_both_halves_of_the_run() -> None:
+    ref = np.r_[np.full(20, 2.0), np.full(20, 1.0)]  # only the first half looks faster
+    cand = np.ones(40)
+    sp = stats.speedup([(ref, cand)])
+    assert sp.halves[0] == pytest.approx(2.0) and sp.halves[1] == pytest.approx(1.0)
+    assert not sp.faster(1.05)

@@ -50,10 +50,11 @@ class CheckConfig:
     cxxflags: list[str] | None = None
     nvccflags: list[str] | None = None
     jobs: int | None = None
+    inplace: bool = False
 
     def key(self) -> str:
         """What changes a verdict: evaluations under another key are not reused."""
-        parts = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "seed", "n_seeds", "timer", "cxxflags", "nvccflags")}
+        parts = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "seed", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace")}
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -89,6 +90,7 @@ class Workload:
     expected: list[list[Any]]
     in_bytes: int
     weak: list[str] = field(default_factory=list)
+    returns: str | None = None  # in-place targets: "none" or "argN"
 
     @property
     def out_bytes(self) -> int:
@@ -215,6 +217,7 @@ class Oracle:
             "max_memory": c.max_memory,
             "cpu_seconds": int((c.timeout * self._slowdown + c.build_timeout) * (os.cpu_count() or 1)) + 10,
             "max_file_bytes": 2 * GiB,
+            "inplace": c.inplace,
         }
 
     def prepare(self) -> None:
@@ -265,8 +268,11 @@ class Oracle:
         try:
             self._run_reference(job)
             for w in torch.load(expected_path, weights_only=True):
-                wl = Workload(w["name"], w["expected"], int(w["in_bytes"]))
+                returns = w.get("returns")
+                wl = Workload(w["name"], w["expected"], int(w["in_bytes"]), returns=returns and returns.split(":")[0])
                 wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
+                if returns and returns.endswith(":unchanged"):
+                    wl.weak.append("the in-place reference left its arguments unchanged on the first input set")
                 self.workloads.append(wl)
         finally:
             expected_path.unlink(missing_ok=True)

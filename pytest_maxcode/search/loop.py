@@ -75,7 +75,7 @@ def search_target(
     state = SearchState(target.id)
     min_speedup = target.min_speedup or settings["min_speedup"]
     device = settings["device"] or ("cuda" if target.lang == "cuda" else "cpu")
-    config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup)
+    config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup, inplace=target.inplace)
     instance = captured[0].parent / "module.pt" if target.kind == "module" else None
     reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
     import torch
@@ -106,7 +106,8 @@ def search_target(
             for w, wl in zip(workloads, oracle.workloads):
                 w["n_sets"] = len(wl.expected)
                 w["weak"] = wl.weak
-                w["outputs"] = [[list(t.shape), str(t.dtype).replace("torch.", "")] for t in wl.expected[0]]
+                w["outputs"] = [] if target.inplace else [[list(t.shape), str(t.dtype).replace("torch.", "")] for t in wl.expected[0]]
+                w["returns"] = wl.returns
             while (why := strategy.should_stop()) is None:
                 batch = strategy.propose(budget)
                 done: dict[int, Verdict] = {}

@@ -38,6 +38,7 @@ class TargetInfo:
     rtol: float | None = None
     min_speedup: float | None = None
     budget: int | None = None
+    inplace: bool = False
 
 
 @dataclass

@@ -33,6 +33,7 @@ def accept(
     speedup_ci: Sequence[float],
     signatures: Sequence[Sequence[Sequence[Any]]] = (),
     outputs: dict[str, Any] | None = None,
+    returns: str | None = None,
 ) -> LockEntry:
     """Write the kernel and its entry; the kernel file first, so the lock never names a missing file."""
     ref_hash = reference_hash_in_file(reference_file, qualname)
@@ -61,6 +62,7 @@ def accept(
             "qualname": qualname,
             **({"signatures": [list(map(list, s)) for s in signatures]} if signatures else {}),
             **({"outputs": outputs} if outputs else {}),
+            **({"returns": returns} if returns else {}),
         },
     )
     lock = root / LOCK_NAME

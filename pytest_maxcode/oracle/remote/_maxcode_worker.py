@@ -285,19 +285,33 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
             torch.manual_seed(seed)
             sets.append(list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(sets[0]))
         expected = []
+        returns = None
         with torch.no_grad():
             for s in sets:
-                outs = _as_outputs(fn(*_to_device([_clone(v) for v in s], device)))
+                args = _to_device([_clone(v) for v in s], device)
+                result = fn(*args)
                 _sync(device)
+                if job.get("inplace"):
+                    # an in-place target's result is the state of its tensor arguments
+                    outs = [a for a in args if isinstance(a, torch.Tensor)]
+                    returns = _returned(result, args)
+                    before = [v for v in s if isinstance(v, torch.Tensor)]
+                    if all(_same_bits(b.to(device), a) for b, a in zip(before, outs)):
+                        returns = f"{returns}:unchanged"
+                else:
+                    outs = _as_outputs(result)
                 expected.append([o.detach().to("cpu").clone() for o in outs])
         cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in sets]
         out_meta = [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in expected[0]]
         in_bytes = sum(v.numel() * v.element_size() for v in cpu_sets[0] if isinstance(v, torch.Tensor))
-        workloads.append({"name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta, "in_bytes": in_bytes})
+        workloads.append({
+            "name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta,
+            "in_bytes": in_bytes, "returns": returns,
+        })
     # Files, not the channel: the zygote loads the inputs, and only the parent the
     # expected outputs (it deletes that file before any candidate runs).
     torch.save([{k: w[k] for k in ("name", "sets", "out_meta")} for w in workloads], job["inputs_out"])
-    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes")} for w in workloads], job["expected_out"])
+    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns")} for w in workloads], job["expected_out"])
     _send_child(conn, "reference")
 
 
@@ -322,6 +336,16 @@ def _random_like(values: list) -> list:
             lo, hi = int(v.min()), int(v.max())
             out.append(torch.randint(lo, hi + 1, v.shape, dtype=v.dtype) if hi > lo else v.clone())
     return out
+
+
+def _returned(result, args: list) -> str:
+    """What an in-place reference returns: nothing, or one of its arguments (by position)."""
+    if result is None:
+        return "none"
+    for i, a in enumerate(args):
+        if result is a:
+            return f"arg{i}"
+    raise TypeError("an inplace=True target must return None or one of its arguments")
 
 
 def _clone(v):
@@ -490,9 +514,12 @@ class _Side:
     call is wrong, and outputs are poisoned so unwritten output is visible.
     """
 
-    def __init__(self, name, sets, slots, device, runner, extras, out_meta, native, preallocated=False) -> None:
+    def __init__(self, name, sets, slots, device, runner, extras, out_meta, native, preallocated=False, inplace=False) -> None:
         import torch
 
+        self.inplace = inplace
+        if inplace:
+            out_meta, preallocated = [], False  # it writes into its arguments
         self.name = name
         self.sets = sets
         self.device = device
@@ -546,6 +573,10 @@ class _Side:
             self.outs[slot] = self.runner(*self.bufs[slot])
 
     def outputs(self, slot: int) -> list:
+        import torch
+
+        if self.inplace:
+            return [v for v in self.bufs[slot] if isinstance(v, torch.Tensor)]
         return self.outs[slot] if self.native else _as_outputs(self.outs[slot])
 
     def discard(self) -> None:
@@ -554,7 +585,7 @@ class _Side:
         Otherwise an allocator could hand that memory, still holding the right answer,
         to a kernel that allocates its output and never writes it.
         """
-        if self.preallocated:
+        if self.preallocated or self.inplace:
             return
         for s, o in enumerate(self.outs):
             if o is not None:
@@ -577,6 +608,7 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
         raise CandidateError("rejected", "the candidate replaced " + ", ".join(patched))
     _send_child(conn, "loaded", cand.load_s)
     native = job["format"] == "native"
+    inplace = bool(job.get("inplace"))
     # the candidate's own copy of the parameters: it never shares an allocation with the reference
     extras_cand = ref.make(device, job["model_seed"])[1] if native else []
     me = os.getpid()
@@ -584,7 +616,7 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
 
     for w in inputs:
         sets = w["sets"]
-        side = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native, preallocated=True)
+        side = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native, preallocated=True, inplace=inplace)
         # correctness: the same buffers are refilled with each set in turn
         for i in range(len(sets)):
             _send_child(conn, "stage", f"check {w['name']} set {i}")
@@ -602,6 +634,8 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
                 raise CandidateError("rejected", "the output changed after the call returned (work left running on another thread)")
             now_inputs = list(side.bufs[0]) + list(extras_cand)
             for k, (a, b) in enumerate(zip(pristine, now_inputs)):
+                if inplace and k < len(side.bufs[0]):
+                    continue  # writing into its arguments is what an in-place target does
                 if isinstance(a, torch.Tensor) and not _same_bits(a, b):
                     raise CandidateError("rejected", f"the candidate modified input {k}")
             _send_child(conn, "outputs", w["name"], i, [s.to("cpu") for s in snap])
@@ -663,8 +697,8 @@ def _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn) -> None
     """Deterministic timing: callgrind instruction counts, alternating, rotating inputs."""
     cg = _Callgrind(job["callgrind_shim"], job["callgrind_dir"])
     sides = {
-        "ref": _Side("reference", w["sets"], 1, "cpu", ref_fn, extras_ref, w["out_meta"], False),
-        "cand": _Side("candidate", w["sets"], 1, "cpu", cand, extras_cand, w["out_meta"], True),
+        "ref": _Side("reference", w["sets"], 1, "cpu", ref_fn, extras_ref, w["out_meta"], False, inplace=bool(job.get("inplace"))),
+        "cand": _Side("candidate", w["sets"], 1, "cpu", cand, extras_cand, w["out_meta"], True, inplace=bool(job.get("inplace"))),
     }
     for side in sides.values():  # warm-up: first-call costs (lazy binding, page faults) are not the kernel's
         side.refill(0, 0)
@@ -700,8 +734,9 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
         Event = torch.cuda.Event
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    probe_ref = _Side("reference", sets, 1, device, ref_fn, extras_ref, w["out_meta"], False)
-    probe_cand = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native)
+    inplace = bool(job.get("inplace"))
+    probe_ref = _Side("reference", sets, 1, device, ref_fn, extras_ref, w["out_meta"], False, inplace=inplace)
+    probe_cand = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native, inplace=inplace)
 
     def once(side) -> float:
         side.refill(0, 0)
@@ -724,8 +759,8 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
     k = int(min(64, max(1, math.ceil(target / per_call))))
     slots = k
     sides = {
-        "ref": _Side("reference", sets, slots, device, ref_fn, extras_ref, w["out_meta"], False),
-        "cand": _Side("candidate", sets, slots, device, cand if native else cand.call, probe_cand.extras, w["out_meta"], native),
+        "ref": _Side("reference", sets, slots, device, ref_fn, extras_ref, w["out_meta"], False, inplace=inplace),
+        "cand": _Side("candidate", sets, slots, device, cand if native else cand.call, probe_cand.extras, w["out_meta"], native, inplace=inplace),
     }
     del probe_ref, probe_cand
     samples = {"ref": [], "cand": []}
@@ -772,21 +807,29 @@ def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) 
     _send_child(conn, "timing", w["name"], samples["ref"], samples["cand"], k, rechecks)
 
 
-def _decided(ref: list, cand: list, min_speedup: float, margin: float = 0.02) -> bool:
-    """Whether the verdict can no longer change: a quick paired bootstrap of the ratio of
-    medians lies wholly above or below ``min_speedup`` with a margin. Spending the rest of
-    the budget would only narrow an interval whose side is already known."""
+def _decided(ref: list, cand: list, min_speedup: float) -> bool:
+    """Whether the verdict can no longer change, so the rest of the budget can be saved.
+
+    Asymmetric, because a false "faster" is the costly error: "not faster" may stop once
+    a quick bootstrap puts the whole interval 2% below the bar; "faster" needs 40 rounds
+    and the interval 10% above it.
+    """
     try:
         import numpy as np
     except ImportError:
         return False
     a = np.asarray(ref, dtype=np.float64)
     b = np.maximum(np.asarray(cand, dtype=np.float64), 1.0)
-    rng = np.random.default_rng(len(a))
-    idx = rng.integers(0, len(a), size=(200, len(a)))
+    n = len(a)
+    rng = np.random.default_rng(n)
+    block = max(1, int(round(n ** (1 / 3))))
+    starts = rng.integers(0, n - block + 1, size=(200, -(-n // block)))
+    idx = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(200, -1)[:, :n]
     boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
     low, high = np.percentile(boot, [1.0, 99.0])
-    return bool(low > min_speedup * (1 + margin) or high < min_speedup * (1 - margin))
+    if high < min_speedup * 0.98:
+        return True
+    return bool(n >= 40 and low > min_speedup * 1.10)
 
 
 # ----------------------------------------------------------------------------- child / zygote
