@@ -135,7 +135,7 @@ def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]
         raw = data.get("tool", {}).get("maxcode", {})
         for key, value in raw.items():
             name = "json_path" if key == "json" else key.replace("-", "_")
-            if name not in SETTINGS_DEFAULTS and name not in ("stages",):
+            if name not in SETTINGS_DEFAULTS:
                 known = ", ".join(sorted(k if k != "json_path" else "json" for k in SETTINGS_DEFAULTS))
                 raise ValueError(f"{pyproject}: [tool.maxcode] has no setting {key!r} (known: {known})")
             file_values[name] = value

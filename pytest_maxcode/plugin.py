@@ -43,7 +43,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
     from .report import render_terminal
 
     buf = io.StringIO()
-    render_terminal(session.report, Console(file=buf, width=max(100, terminalreporter._tw.fullwidth), force_terminal=False))
+    width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 100)
+    render_terminal(session.report, Console(file=buf, width=max(100, width), force_terminal=False))
     terminalreporter.write_sep("=", "maxcode")
     terminalreporter.write(buf.getvalue())
     for kind, path in session.report_paths.items():
