@@ -196,7 +196,6 @@ def _machine(device: str) -> dict[str, Any]:
 def _target_report(result: Any, cap: TargetCapture, root: Path) -> dict[str, Any]:
     """The report entry for one searched target (verification fills in the rest)."""
     from .oracle.build import cuda_arch
-    from .targets.dispatch import _arg_class, arg_key
 
     state = result.state
     entry = _skipped(cap, "")
@@ -210,6 +209,7 @@ def _target_report(result: Any, cap: TargetCapture, root: Path) -> dict[str, Any
             failed[v.status] = failed.get(v.status, 0) + 1
         trajectory.append({
             "index": i, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
+            "candidate_s": v.candidate_s,
             "best_so_far": best_so_far, "params": p.params, "reasons": v.reasons[:2],
             "resumed": bool(v.diagnostics.get("resumed")),
         })
@@ -232,15 +232,8 @@ def _target_report(result: Any, cap: TargetCapture, root: Path) -> dict[str, Any
         return entry
     p, v = best
     wl_diag = v.diagnostics.get("workloads", {})
-    import torch
-
-    outputs: dict[str, Any] = {}
-    signatures = []
-    for w in result.workloads:
-        data = torch.load(w["captured"], weights_only=True)
-        for s in data["sets"]:
-            outputs[arg_key(s)] = w.get("outputs", [])
-        signatures.append([list(_arg_class(x)) for x in data["sets"][0]])
+    outputs = {key: w.get("outputs", []) for w in result.workloads for key in w["arg_keys"]}
+    signatures = [w["layout"] for w in result.workloads]
     entry["workloads"] = [
         {
             "name": w["name"], "signature": w["signature"], "n_sets": w.get("n_sets", 0),

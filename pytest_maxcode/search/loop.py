@@ -80,10 +80,19 @@ def search_target(
     reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
     import torch
 
+    from ..targets.dispatch import _arg_class, arg_key
+
     workloads = []
     for f in captured:
-        sig = torch.load(f, weights_only=True)["signature"]
-        workloads.append({"name": f.stem, "captured": str(f), "signature": sig})
+        data = torch.load(f, weights_only=True)
+        workloads.append({
+            "name": f.stem,
+            "captured": str(f),
+            "signature": data["signature"],
+            # what dispatch needs later: each set's key (for output shapes) and the layout
+            "arg_keys": [arg_key(s) for s in data["sets"]],
+            "layout": [list(_arg_class(v)) for v in data["sets"][0]],
+        })
     result = SearchResult(target, state, "", workloads)
     policy = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True)))
     proposals = policy.proposals()

@@ -29,12 +29,18 @@ class SearchState:
 
 
 def _rank(v: Verdict) -> tuple[int, float]:
-    """Faster and trustworthy first, then correct, then anything; speed breaks ties."""
+    """Faster and trustworthy first, then correct, then anything; then the candidate's own time.
+
+    Not its speedup: every evaluation times the reference in its own process, and an eager
+    reference's time can differ several-fold between processes (allocator state), while a
+    candidate's own median is what the same workloads cost it.
+    """
+    own = -(v.candidate_s if v.candidate_s else float("inf"))
     if v.status == "faster" and not v.weak_check:
-        return (2, v.speedup or 0.0)
+        return (2, own)
     if v.correct:
-        return (1, v.speedup or 0.0)
-    return (0, 0.0)
+        return (1, own)
+    return (0, float("-inf"))
 
 
 class Strategy(Protocol):
