@@ -32,7 +32,7 @@ class ReferenceSpec:
     rootdir: Path | None = None
     instance: Path | None = None  # an nn.Module target: its captured instance
 
-    def to_worker(self, has_captured: bool = False) -> dict:
+    def to_worker(self) -> dict:
         return {
             "module": self.module,
             "rootdir": str(self.rootdir) if self.rootdir else None,
@@ -42,7 +42,6 @@ class ReferenceSpec:
             "name": self.name,
             "inputs_path": str(self.inputs_path) if self.inputs_path else None,
             "inputs_name": self.inputs_name,
-            "has_captured": has_captured,
         }
 
 

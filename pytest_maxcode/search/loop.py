@@ -18,7 +18,7 @@ from ..oracle.check import CheckConfig, Oracle
 from ..oracle.reference import ReferenceSpec
 from ..oracle.verdict import Verdict
 from ..targets.decorator import normalized_source_in_file
-from .policy import BuiltinPolicy, Proposal, TargetInfo
+from .policy import BuiltinPolicy, TargetInfo
 from .strategy import SearchState, SweepStrategy
 
 
@@ -136,9 +136,3 @@ def search_target(
         result.stop_reason = "the reference could not be checked"
     result.elapsed_s = time.monotonic() - start
     return result
-
-
-def best_faster(state: SearchState) -> tuple[Proposal, Verdict] | None:
-    if state.best is not None and state.best[1].status == "faster":
-        return state.best
-    return None

@@ -192,10 +192,6 @@ class Store:
             d["diagnostics"] = json.loads(d["diagnostics"])
             yield d
 
-    def candidate_source(self, cand_hash: str) -> str | None:
-        row = self.db.execute("SELECT source FROM candidates WHERE hash=?", (cand_hash,)).fetchone()
-        return None if row is None else str(row[0])
-
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (KeyboardInterrupt too)."""

@@ -187,7 +187,11 @@ class NativeDispatcher:
             self._fallback(f"sig{classes}", f"arguments {classes} differ from the verified layouts")
             return ref(*args)
         if h.options.inplace:
-            return self._call_inplace(ref, args, call_args, extras, tensors)
+            # the kernel writes into the arguments; return what the reference returns
+            if self._run(call_args, extras, tensors, []) is None:
+                return ref(*args)
+            returns = self.entry.extra.get("returns", "none")
+            return call_args[int(returns[3:])] if returns.startswith("arg") else None
         key = arg_key(call_args)
         meta = self.out_meta.get(key)
         if meta is None:
@@ -197,6 +201,15 @@ class NativeDispatcher:
             if all(isinstance(o, torch.Tensor) for o in outs):
                 self.out_meta[key] = [(o.shape, o.dtype) for o in outs]
             return result
+        outs = self._run(call_args, extras, tensors, meta)
+        if outs is None:
+            return ref(*args)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run(self, call_args: tuple, extras: list, tensors: list, meta: list) -> list | None:
+        """Run the kernel; ``None`` (after one warning) means: use the reference."""
+        import torch
+
         from ..oracle.remote._maxcode_abi import KernelError, call_native
 
         try:
@@ -206,36 +219,13 @@ class NativeDispatcher:
             outs = call_native(kernel, call_args, extras, meta, device, stream)
         except KernelError as e:
             self._fallback("rc", f"the kernel returned {e.rc}")
-            return ref(*args)
+            return None
         except Exception as e:  # noqa: BLE001 - any failure falls back
             self.handle.use_reference(f"kernel failed: {e}")
             self._fallback("load", f"the accepted kernel failed ({e})")
-            return ref(*args)
+            return None
         self.calls += 1
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-
-    def _call_inplace(self, ref: Callable[..., Any], args: tuple, call_args: tuple, extras: list, tensors: list) -> Any:
-        """The kernel writes into the arguments; return what the reference returns."""
-        import torch
-
-        from ..oracle.remote._maxcode_abi import KernelError, call_native
-
-        try:
-            kernel = self.kernel or self._load()
-            device = tensors[0].device if tensors else torch.device(self.device)
-            stream = torch.cuda.current_stream(device).cuda_stream if self.device == "cuda" else None
-            call_native(kernel, call_args, extras, [], device, stream)
-        except KernelError as e:
-            self._fallback("rc", f"the kernel returned {e.rc}")
-            return ref(*args)
-        except Exception as e:  # noqa: BLE001
-            self.handle.use_reference(f"kernel failed: {e}")
-            self._fallback("load", f"the accepted kernel failed ({e})")
-            return ref(*args)
-        self.calls += 1
-        returns = self.entry.extra.get("returns", "none")
-        return call_args[int(returns[3:])] if returns.startswith("arg") else None
+        return outs
 
 
 class CompatDispatcher:

@@ -213,7 +213,7 @@ class Reference:
             self.inputs_fn = getattr(inputs_module, spec["inputs_name"], None)
             if not callable(self.inputs_fn):
                 raise LookupError(f"{spec['inputs_path']} defines no function {spec['inputs_name']}")
-        if self.inputs_fn is None and not spec.get("has_captured"):
+        if self.inputs_fn is None:
             raise LookupError(
                 f"{spec['path']} has no get_inputs(); pass --inputs FILE.py:FUNCTION"
             )
