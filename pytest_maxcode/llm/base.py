@@ -1,0 +1,87 @@
+"""The one small interface every LLM client implements, and the request/response records.
+
+A request is provider-neutral: a static ``system`` prefix (task, ABI, reference: the part
+worth caching) and the conversation. Its ``key`` covers everything that changes the reply,
+including ``sample`` so that k samples of one prompt are k different cache entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    system: str
+    messages: tuple[Message, ...]
+    max_tokens: int = 8192
+    temperature: float = 1.0
+    thinking_tokens: int = 0  # extended thinking budget (Anthropic); 0 = off
+    sample: int = 0  # which of k samples of the same prompt this is
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["messages"] = [asdict(m) for m in self.messages]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "LLMRequest":
+        return cls(
+            system=d["system"],
+            messages=tuple(Message(**m) for m in d["messages"]),
+            max_tokens=d.get("max_tokens", 8192),
+            temperature=d.get("temperature", 1.0),
+            thinking_tokens=d.get("thinking_tokens", 0),
+            sample=d.get("sample", 0),
+        )
+
+    def key(self, provider: str, model: str) -> str:
+        blob = json.dumps({"provider": provider, "model": model, "request": self.to_json()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass
+class LLMResponse:
+    text: str
+    model: str  # as the server named it
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    stop_reason: str = ""
+    latency_s: float = 0.0
+    source: str = "api"  # "api" | "cache" | "replay"
+    cost_usd: float = 0.0
+    call_id: int | None = None  # the store's llm_calls row, once recorded
+    scripted: bool = False  # a test double answered (its server named a model "scripted...")
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class LLMClient(Protocol):
+    """One provider endpoint. ``complete`` is thread-safe and raises ``MaxcodeError`` with one
+    line naming the option to fix for configuration problems (missing key, bad model, no server)."""
+
+    provider: str  # "anthropic" | "openai" | "replay" | ...
+    model: str
+
+    def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+    def describe(self) -> str: ...
+
+
+def is_scripted_model(model: str) -> bool:
+    """Our fake servers name their model ``scripted-...``: such replies are not a real model's."""
+    return model.lower().startswith("scripted")

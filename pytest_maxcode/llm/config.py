@@ -1,0 +1,151 @@
+"""From settings to an ``LLMService``: the ``--maxcode-llm`` spec and its companions.
+
+Accepted specs::
+
+    anthropic                      Claude, the default model (DEFAULT_ANTHROPIC_MODEL)
+    anthropic:MODEL                Claude, that model
+    anthropic:MODEL@URL            ... through another Messages-API endpoint (a proxy, a gateway)
+    openai:MODEL                   OpenAI (needs OPENAI_API_KEY)
+    openai:MODEL@URL               any OpenAI-compatible server: vLLM, Ollama, llama.cpp (no key needed)
+    replay:PATH                    a recorded cassette (relative to the project root); no network
+    none                           no LLM, even where ANTHROPIC_API_KEY is set
+
+No spec at all means Anthropic's default model where ANTHROPIC_API_KEY is set, else no LLM.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import MaxcodeError
+from .pricing import Prices
+from .service import LLMService
+
+DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"  # claude-sonnet-4-5 reaches end-of-life 2026-11-30 (the SDK warns)
+
+FORMS = "anthropic, anthropic:MODEL[@URL], openai:MODEL[@URL], replay:PATH, none"
+
+_MODEL_AT_URL = re.compile(r"^(?P<model>.*?)@(?P<url>https?://\S+)$")
+
+
+@dataclass(frozen=True)
+class LLMSpec:
+    provider: str  # "anthropic" | "openai" | "replay" | "none"
+    model: str | None = None
+    base_url: str | None = None
+    path: str | None = None
+
+    def __str__(self) -> str:
+        if self.provider == "replay":
+            return f"replay:{self.path}"
+        if self.provider == "none":
+            return "none"
+        return f"{self.provider}:{self.model}" + (f"@{self.base_url}" if self.base_url else "")
+
+
+def parse_llm_spec(spec: str | None) -> LLMSpec | None:
+    """``None`` or blank -> None (the caller picks the default); a bad spec -> one-line MaxcodeError."""
+    if spec is None or not str(spec).strip():
+        return None
+    text = str(spec).strip()
+
+    def bad(why: str) -> MaxcodeError:
+        return MaxcodeError(f"--maxcode-llm={text!r}: {why}; use one of: {FORMS}")
+
+    provider, sep, rest = text.partition(":")
+    provider = provider.strip().lower()
+    rest = rest.strip()
+    if provider in ("none", "off", "no") and not sep:
+        return LLMSpec("none")
+    if provider == "replay":
+        if not rest:
+            raise bad("replay needs a cassette path")
+        return LLMSpec("replay", path=rest)
+    if provider not in ("anthropic", "openai"):
+        raise bad(f"unknown provider {provider!r}")
+    if sep and not rest:
+        raise bad(f"{provider}: needs a model after the colon")
+    model, url = rest, None
+    m = _MODEL_AT_URL.match(rest)
+    if m:
+        model, url = m.group("model").strip(), m.group("url")
+    elif "@" in rest:
+        host = rest.rpartition("@")[2]
+        if host.startswith("localhost") or "." in host or ":" in host or "/" in host:
+            raise bad("the URL after @ must start with http:// or https://")
+    if not model:
+        if provider == "openai":
+            raise bad("openai needs a model (openai:MODEL or openai:MODEL@URL)")
+        model = DEFAULT_ANTHROPIC_MODEL
+    if any(c.isspace() for c in model):
+        raise bad(f"model {model!r} contains spaces")
+    return LLMSpec(provider, model=model, base_url=url)
+
+
+def _number(settings: Mapping[str, Any], key: str, default: Any, cast: type, flag: str) -> Any:
+    value = settings.get(key)
+    if value is None:
+        return default
+    try:
+        return cast(value)
+    except (TypeError, ValueError):
+        raise MaxcodeError(f"{flag}={value!r} is not a {'whole number' if cast is int else 'number'}") from None
+
+
+def make_client(spec: LLMSpec, *, root: Path, timeout: float = 600.0, retries: int = 2):
+    if spec.provider == "anthropic":
+        from .anthropic_client import AnthropicClient
+
+        return AnthropicClient(spec.model or DEFAULT_ANTHROPIC_MODEL, base_url=spec.base_url,
+                               max_retries=retries, timeout=timeout)
+    if spec.provider == "openai":
+        from .openai_client import OpenAIClient
+
+        return OpenAIClient(spec.model or "", base_url=spec.base_url, max_retries=retries, timeout=timeout)
+    if spec.provider == "replay":
+        from .cassette import ReplayClient
+
+        path = Path(spec.path or "")
+        return ReplayClient(path if path.is_absolute() else root / path, label=spec.path)
+    raise MaxcodeError(f"--maxcode-llm={spec}: no client for this provider; use one of: {FORMS}")
+
+
+def make_service(settings: Mapping[str, Any], root: Path, store_path: Path | None) -> LLMService | None:
+    """The configured LLM, or None when there is none (then the built-in policies work alone).
+
+    Reads ``llm``, ``llm_concurrency`` (4), ``llm_timeout`` (600 s), ``llm_retries`` (2),
+    ``llm_cache`` (True), ``record`` (cassette path, relative to ``root``) and ``prices``."""
+    spec = parse_llm_spec(settings.get("llm"))
+    if spec is None:
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            return None
+        spec = LLMSpec("anthropic", model=DEFAULT_ANTHROPIC_MODEL)
+    if spec.provider == "none":
+        return None
+    timeout = _number(settings, "llm_timeout", 600.0, float, "--maxcode-llm-timeout")
+    if not timeout > 0:
+        raise MaxcodeError(f"--maxcode-llm-timeout={timeout!r} must be greater than 0")
+    retries = _number(settings, "llm_retries", 2, int, "--maxcode-llm-retries")
+    if retries < 0:
+        raise MaxcodeError(f"--maxcode-llm-retries={retries!r} must not be negative")
+    concurrency = _number(settings, "llm_concurrency", 4, int, "--maxcode-llm-concurrency")
+    cache = settings.get("llm_cache")
+    cache = True if cache is None else bool(cache)
+    record = settings.get("record")
+    record_path = None
+    if record:
+        record_path = Path(record)
+        if not record_path.is_absolute():
+            record_path = root / record_path
+    table = settings.get("prices") or None
+    if table is not None and not isinstance(table, Mapping):
+        raise MaxcodeError("the prices setting must map model names to {input, output, cache_write, cache_read} (USD per million tokens)")
+    prices = Prices(table)
+    client = make_client(spec, root=root, timeout=timeout, retries=retries)
+    return LLMService(client, store_path=store_path, prices=prices, concurrency=concurrency, cache=cache,
+                      record=record_path)
