@@ -60,6 +60,50 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX evaluations_target ON evaluations(target_id, candidate_hash, config_key);
     """,
+    # 2: search trees and LLM calls
+    """
+    CREATE TABLE llm_calls (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER REFERENCES runs(id),
+        target_id TEXT,
+        request_key TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        request TEXT NOT NULL,
+        response TEXT NOT NULL,
+        source TEXT NOT NULL,
+        scripted INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL NOT NULL DEFAULT 0,
+        latency_s REAL NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX llm_calls_key ON llm_calls(request_key);
+    CREATE TABLE nodes (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER REFERENCES runs(id),
+        target_id TEXT NOT NULL,
+        parent_id INTEGER REFERENCES nodes(id),
+        strategy TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        depth INTEGER NOT NULL,
+        origin TEXT NOT NULL,
+        candidate_hash TEXT REFERENCES candidates(hash),
+        status TEXT NOT NULL,
+        reward REAL NOT NULL,
+        speedup REAL,
+        candidate_s REAL,
+        reasons TEXT NOT NULL DEFAULT '[]',
+        llm_call_id INTEGER REFERENCES llm_calls(id),
+        critique TEXT,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX nodes_target ON nodes(target_id, run_id);
+    """,
 ]
 
 
@@ -85,9 +129,13 @@ class Store:
         self._migrate()
 
     def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        for i, sql in enumerate(MIGRATIONS[version:], start=version + 1):
-            with self._tx():
+        if self.db.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):
+            return
+        # read the version again under the write lock: another connection (thread or
+        # process) opening the same new file may have migrated it meanwhile
+        with self._tx():
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            for i, sql in enumerate(MIGRATIONS[version:], start=version + 1):
                 for stmt in [s for s in sql.split(";") if s.strip()]:
                     self.db.execute(stmt)
                 self.db.execute(f"PRAGMA user_version={i}")
@@ -191,6 +239,105 @@ class Store:
             d["reasons"] = json.loads(d["reasons"])
             d["diagnostics"] = json.loads(d["diagnostics"])
             yield d
+
+
+    # -- LLM calls ------------------------------------------------------------------------
+
+    def add_llm_call(self, *, run_id: int | None, target_id: str | None, request_key: str, provider: str, model: str,
+                     request: dict[str, Any], response: str, source: str, scripted: bool = False,
+                     input_tokens: int = 0, output_tokens: int = 0, cache_read_tokens: int = 0,
+                     cache_write_tokens: int = 0, cost_usd: float = 0.0, latency_s: float = 0.0) -> int:
+        """One row per call, cache hits included (source 'cache', no cost): the accounting record."""
+        with self._tx():
+            cur = self.db.execute(
+                "INSERT INTO llm_calls(run_id, target_id, request_key, provider, model, request, response, source, scripted, "
+                "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, latency_s, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, target_id, request_key, provider, model, json.dumps(request, sort_keys=True), response, source,
+                 int(scripted), input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, latency_s, _now()),
+            )
+        return int(cur.lastrowid)
+
+    def find_llm_response(self, request_key: str) -> dict[str, Any] | None:
+        """The latest reply a model really gave to exactly this request (cache hits don't count twice)."""
+        row = self.db.execute(
+            "SELECT * FROM llm_calls WHERE request_key=? AND source != 'cache' ORDER BY id DESC LIMIT 1", (request_key,)
+        ).fetchone()
+        return _llm_row(row) if row is not None else None
+
+    def llm_call(self, call_id: int) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM llm_calls WHERE id=?", (call_id,)).fetchone()
+        return _llm_row(row) if row is not None else None
+
+    def llm_totals(self, *, run_id: int | None = None, target_id: str | None = None) -> dict[str, float]:
+        where, args = _where(run_id=run_id, target_id=target_id)
+        row = self.db.execute(
+            "SELECT COUNT(*) AS calls, COALESCE(SUM(source='api'), 0) AS api_calls, "
+            "COALESCE(SUM(input_tokens + output_tokens), 0) AS tokens, COALESCE(SUM(cost_usd), 0) AS cost_usd "
+            "FROM llm_calls" + where, args,
+        ).fetchone()
+        return dict(row)
+
+    # -- search trees -------------------------------------------------------------------
+
+    def add_node(self, *, run_id: int | None, target_id: str, parent_id: int | None, strategy: str, policy: str,
+                 step: int, depth: int, origin: str, candidate_hash: str | None, status: str, reward: float,
+                 speedup: float | None, candidate_s: float | None, reasons: list[str], llm_call_id: int | None) -> int:
+        with self._tx():
+            cur = self.db.execute(
+                "INSERT INTO nodes(run_id, target_id, parent_id, strategy, policy, step, depth, origin, candidate_hash, status, "
+                "reward, speedup, candidate_s, reasons, llm_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, target_id, parent_id, strategy, policy, step, depth, origin, candidate_hash, status, reward,
+                 speedup, candidate_s, json.dumps(reasons), llm_call_id, _now()),
+            )
+        return int(cur.lastrowid)
+
+    def set_critique(self, node_id: int, critique: str) -> None:
+        with self._tx():
+            self.db.execute("UPDATE nodes SET critique=? WHERE id=?", (critique, node_id))
+
+    def nodes(self, target_id: str, run_id: int | None = None) -> list[dict[str, Any]]:
+        """A target's search tree(s), oldest first; ``run_id`` None means every run."""
+        where, args = _where(run_id=run_id, target_id=target_id)
+        rows = self.db.execute("SELECT * FROM nodes" + where + " ORDER BY id", args).fetchall()
+        out = []
+        for row in rows:
+            d = dict(row)
+            d["reasons"] = json.loads(d["reasons"])
+            out.append(d)
+        return out
+
+    def node(self, node_id: int) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
+        if row is None:
+            return None
+        d = dict(row)
+        d["reasons"] = json.loads(d["reasons"])
+        return d
+
+    def candidate(self, cand_hash: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM candidates WHERE hash=?", (cand_hash,)).fetchone()
+        return dict(row) if row is not None else None
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM runs ORDER BY id")]
+
+    def target_ids(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT target_id FROM nodes ORDER BY target_id")]
+
+
+def _where(**conds: Any) -> tuple[str, tuple]:
+    parts = [(k, v) for k, v in conds.items() if v is not None]
+    if not parts:
+        return "", ()
+    return " WHERE " + " AND ".join(f"{k}=?" for k, _ in parts), tuple(v for _, v in parts)
+
+
+def _llm_row(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    d["request"] = json.loads(d["request"])
+    d["scripted"] = bool(d["scripted"])
+    return d
 
 
 class _Transaction:
