@@ -6,7 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-STATUSES = ("faster", "not_faster", "wrong", "compile_error", "runtime_error", "crash", "timeout", "rejected")
+#: "format" is the search's, not the oracle's: a proposal with no usable code, never run
+STATUSES = ("faster", "not_faster", "wrong", "compile_error", "runtime_error", "crash", "timeout", "rejected", "format")
 CORRECT = ("faster", "not_faster")
 
 

@@ -1,12 +1,18 @@
-"""The search loop for one target: policy -> strategy -> oracle batches -> store.
+"""The search loop for one target: strategy -> policy -> oracle batches -> state and store.
 
 Resumable: before a batch goes to the oracle, candidates already evaluated under the
 same configuration and workloads are taken from the store, so a run killed mid-search
-and started again repeats no finished evaluation.
+and started again repeats no finished evaluation (and with the LLM response cache, no
+paid request either).
+
+Thread-safe per target: targets may be searched concurrently (their LLM requests
+overlap), while oracle work, which must not share the machine with other timings,
+goes through one lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -18,8 +24,10 @@ from ..oracle.check import CheckConfig, Oracle
 from ..oracle.reference import ReferenceSpec
 from ..oracle.verdict import Verdict
 from ..targets.decorator import normalized_source_in_file
-from .policy import BuiltinPolicy, TargetInfo
-from .strategy import SearchState, SweepStrategy
+from .budget import Budget, Limits, Meter
+from .policy import BuiltinPolicy, TargetInfo, candidates_dir, materialize
+from .state import Proposal, SearchState
+from .strategy import Ask, Proposer, Strategy, StrategyParams
 
 
 @dataclass
@@ -31,6 +39,15 @@ class SearchResult:
     error: str | None = None
     resumed: int = 0
     elapsed_s: float = 0.0
+    strategy: str = ""
+    policy: str = ""
+    llm: str | None = None
+    observation: str | None = None
+    llm_calls: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    #: where the time went: oracle (builds, checks, timing), llm (waiting for replies), setup
+    timings: dict[str, float] = field(default_factory=lambda: {"oracle_s": 0.0, "llm_s": 0.0, "setup_s": 0.0})
 
 
 def evaluation_key(config: CheckConfig, signatures: list[str], reference_source: str) -> str:
@@ -61,6 +78,53 @@ def verdict_from_row(row: dict[str, Any], path: str) -> Verdict:
     )
 
 
+def target_limits(target: TargetInfo, settings: dict[str, Any]) -> Limits:
+    return Limits(
+        evaluations=target.budget or settings["budget"],
+        llm_calls=settings.get("llm_calls"),
+        tokens=settings.get("tokens"),
+        cost_usd=settings.get("cost"),
+        time_s=settings.get("time"),
+    )
+
+
+def run_limits(settings: dict[str, Any]) -> Limits:
+    return Limits(
+        evaluations=settings.get("run_budget"),
+        llm_calls=settings.get("run_llm_calls"),
+        tokens=settings.get("run_tokens"),
+        cost_usd=settings.get("run_cost"),
+        time_s=settings.get("run_time"),
+    )
+
+
+class HookedProposer:
+    """Plugins' ``pytest_maxcode_propose`` candidates first, then the policy's."""
+
+    def __init__(self, hook: Any, inner: Proposer, target: TargetInfo, out_dir: Path, lang: str) -> None:
+        self.hook, self.inner, self.target, self.out_dir, self.lang = hook, inner, target, out_dir, lang
+        self.name = inner.name
+
+    def propose(self, state: SearchState, asks: list[Ask]) -> list[Proposal]:
+        offered: list[Proposal] = []
+        for result in self.hook.pytest_maxcode_propose(target=self.target, state=state, asks=asks):
+            for item in result or []:
+                if isinstance(item, str):
+                    item = Proposal(materialize(self.out_dir, item, self.lang, "plugin"), "plugin")
+                offered.append(item)
+        offered = offered[: len(asks)]
+        for p, ask in zip(offered, asks):
+            if p.parent is None and ask.parent is not None and p.origin == "plugin":
+                p.parent, p.mode = ask.parent, ask.mode
+        return offered + (self.inner.propose(state, asks[len(offered) :]) if len(offered) < len(asks) else [])
+
+
+def _native_lang(target: TargetInfo, device: str) -> str:
+    if target.lang in ("cpp", "cuda"):
+        return target.lang
+    return "cuda" if device == "cuda" else "cpp"
+
+
 def search_target(
     target: TargetInfo,
     captured: list[Path],
@@ -70,14 +134,20 @@ def search_target(
     store: Any,
     run_id: int | None,
     progress: Callable[[str], None],
+    hook: Any = None,
+    llm: Any = None,
+    run_meter: Meter | None = None,
+    oracle_lock: Any = None,
 ) -> SearchResult:
     start = time.monotonic()
-    state = SearchState(target.id)
+    reference_norm = normalized_source_in_file(target.source_file, target.qualname) or ""
+    state = SearchState(target.id, reference_source=reference_norm)
     min_speedup = target.min_speedup or settings["min_speedup"]
     device = settings["device"] or ("cuda" if target.lang == "cuda" else "cpu")
     config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup, inplace=target.inplace)
     instance = captured[0].parent / "module.pt" if target.kind == "module" else None
     reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
+    lock = oracle_lock if oracle_lock is not None else contextlib.nullcontext()
     import torch
 
     from ..targets.dispatch import _arg_class, arg_key
@@ -93,46 +163,184 @@ def search_target(
             "arg_keys": [arg_key(s) for s in data["sets"]],
             "layout": [list(_arg_class(v)) for v in data["sets"][0]],
         })
-    result = SearchResult(target, state, "", workloads)
-    policy = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True)))
-    proposals = policy.proposals()
-    budget = target.budget or settings["budget"]
-    strategy = SweepStrategy(budget, settings.get("time"))
-    strategy.initialize(state, proposals)
-    if not proposals:
-        result.stop_reason = "the built-in policy has nothing to propose (add seeds under maxcode_kernels/seeds/)"
-        return result
+    state.workloads = workloads
+    policy_name = settings.get("policy") or ("llm" if llm is not None else "builtin")
+    strategy_name = settings.get("strategy") or ("sweep" if policy_name == "builtin" else "maxcode")
+    result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name)
+    budget = Budget(target_limits(target, settings), run_meter)
+    strategy = _make_strategy(strategy_name, settings, hook)
+    builtin = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True))) if policy_name == "builtin" else None
+    hint = [p.spec for p in builtin.proposals()] if builtin is not None else []
     oracle = Oracle(
         reference, config, root, store=store, run_id=run_id, progress=progress,
-        candidates_hint=[p.spec for p in proposals],
+        candidates_hint=[s for s in hint if s is not None],
         workloads=[{"name": w["name"], "captured": w["captured"]} for w in workloads],
     )
-    oracle.eval_key = evaluation_key(
-        config, [w["signature"] for w in workloads], normalized_source_in_file(target.source_file, target.qualname) or ""
-    )
+    oracle.eval_key = evaluation_key(config, [w["signature"] for w in workloads], reference_norm)
+    policy: Any = None
     try:
-        with oracle:
+        try:
+            t0 = time.monotonic()
+            with lock:
+                oracle.prepare()
+            result.timings["setup_s"] += time.monotonic() - t0
             for w, wl in zip(workloads, oracle.workloads):
                 w["n_sets"] = len(wl.expected)
                 w["weak"] = wl.weak
                 w["outputs"] = [] if target.inplace else [[list(t.shape), str(t.dtype).replace("torch.", "")] for t in wl.expected[0]]
                 w["returns"] = wl.returns
-            while (why := strategy.should_stop()) is None:
-                batch = strategy.propose(budget)
-                done: dict[int, Verdict] = {}
-                for i, p in enumerate(batch):
-                    row = store.find_evaluation(target.id, p.spec.hash, oracle.eval_key) if store else None
-                    if row is not None:
-                        done[i] = verdict_from_row(row, str(p.spec.path))
-                        result.resumed += 1
-                todo = [p for i, p in enumerate(batch) if i not in done]
-                progress(f"{target.id}: evaluating {len(todo)} candidate(s)" + (f", {len(done)} from the store" if done else ""))
-                fresh = iter(oracle.check([p.spec for p in todo]) if todo else [])
-                verdicts = [done[i] if i in done else next(fresh) for i in range(len(batch))]
-                strategy.update(list(zip(batch, verdicts)))
-            result.stop_reason = why
+            policy = builtin or _make_policy(policy_name, target, root, device, settings, hook, llm, budget, run_id, workloads, result)
+            if hook is not None:
+                policy = HookedProposer(hook, policy, target, candidates_dir(root, target.id), _native_lang(target, device))
+            strategy.initialize(state, policy, StrategyParams(k=settings.get("k") or 4, depth=settings.get("depth"), width=settings.get("width") or 2))
+            result.stop_reason = _run(strategy, policy, state, oracle, budget, store, run_id, target, hook, lock, progress, result, llm is not None and builtin is None)
+        finally:
+            oracle.close()
     except MaxcodeError as e:
-        result.error = str(e)
-        result.stop_reason = "the reference could not be checked"
+        if state.trajectory:  # e.g. the LLM's configuration: what was found still counts
+            result.stop_reason = f"stopped: {e}"
+        else:
+            result.error = str(e)
+            result.stop_reason = "the search could not start"
+    result.timings["llm_s"] = getattr(getattr(policy, "inner", policy), "wait_s", 0.0)
+    if llm is not None and store is not None and run_id is not None:
+        totals = store.llm_totals(run_id=run_id, target_id=target.id)
+        result.llm_calls, result.tokens, result.cost_usd = int(totals["api_calls"]), int(totals["tokens"]), float(totals["cost_usd"])
     result.elapsed_s = time.monotonic() - start
     return result
+
+
+def _make_strategy(name: str, settings: dict[str, Any], hook: Any) -> Strategy:
+    if hook is not None:
+        found = hook.pytest_maxcode_strategy(name=name, settings=settings)
+        if found is not None:
+            return found
+    from .strategies import make_strategy
+
+    try:
+        return make_strategy(name)
+    except ValueError as e:
+        raise MaxcodeError(f"--maxcode-strategy: {e}") from None
+
+
+def _make_policy(name: str, target: TargetInfo, root: Path, device: str, settings: dict[str, Any], hook: Any, llm: Any,
+                 budget: Budget, run_id: int | None, workloads: list[dict[str, Any]], result: SearchResult) -> Proposer:
+    if hook is not None:
+        found = hook.pytest_maxcode_policy(name=name, target=target, settings=settings)
+        if found is not None:
+            return found
+    if name != "llm":
+        raise MaxcodeError(f"--maxcode-policy: no policy named {name!r} (built in: builtin, llm; plugins add more)")
+    if llm is None:
+        raise MaxcodeError("--maxcode-policy=llm needs a model: set --maxcode-llm (anthropic:MODEL, openai:MODEL@URL, replay:PATH) or ANTHROPIC_API_KEY")
+    from .llm_policy import LLMPolicy
+    from .observation import parse_observation
+    from .prompts import PromptContext, reference_text
+
+    fmt = settings.get("format") or "native"
+    lang = "py" if fmt == "compat" else _native_lang(target, device)
+    entry = "maxcode_run" if fmt == "native" else ("ModelNew" if target.kind == "module" else target.qualname.split(".")[-1])
+    observation = settings.get("observation") or "trajectory+best"
+    try:
+        parts = parse_observation(observation)
+    except ValueError as e:
+        raise MaxcodeError(f"--maxcode-observation: {e}") from None
+    ctx = PromptContext(
+        target_id=target.id, kind=target.kind, reference_source=reference_text(target.source_file, target.qualname),
+        fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device),
+        atol=target.atol, rtol=target.rtol, max_tokens=settings.get("max_tokens") or 8192,
+        temperature=settings.get("temperature", 1.0) if settings.get("temperature") is not None else 1.0,
+        thinking_tokens=settings.get("thinking_tokens") or 0,
+    )
+    result.llm = f"{llm.client.provider}:{llm.client.model}"
+    result.observation = "+".join(parts)
+    return LLMPolicy(llm, ctx, candidates_dir(root, target.id), observation=parts, budget=budget, run_id=run_id,
+                     concurrency=settings.get("llm_concurrency") or 4)
+
+
+def describe_device(device: str) -> dict[str, Any]:
+    """What the prompt says about the machine: name, parallelism, measured bandwidth."""
+    import os
+
+    import torch
+
+    from ..oracle import probe
+
+    d: dict[str, Any] = {}
+    if device == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        d.update(name=props.name, sms=props.multi_processor_count)
+    else:
+        d.update(name=probe._cpu_model(), cores=os.cpu_count())
+    try:
+        d["bytes_per_s"] = float(probe.bandwidth(probe.cache_dir(), device if device == "cuda" and torch.cuda.is_available() else "cpu")["bytes_per_s"])
+    except (OSError, RuntimeError):
+        pass
+    return d
+
+
+def _format_verdict(p: Proposal) -> Verdict:
+    return Verdict(candidate="", status="format", reasons=[p.error or "no usable code"])
+
+
+def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracle, budget: Budget, store: Any, run_id: int | None,
+         target: TargetInfo, hook: Any, lock: Any, progress: Callable[[str], None], result: SearchResult, uses_llm: bool) -> str:
+    step = 0
+    while True:
+        why = budget.exhausted() or strategy.should_stop() or getattr(policy, "unavailable", None) or getattr(getattr(policy, "inner", None), "unavailable", None)
+        if why:
+            return why
+        room = budget.room(llm=uses_llm)
+        if room <= 0:
+            return budget.exhausted() or "the budget is spent"
+        batch = strategy.propose(room)[:room]
+        if not batch:
+            return strategy.should_stop() or getattr(policy, "unavailable", None) or "the policy has no more candidates"
+        verdicts = _evaluate(batch, oracle, store, target, lock, progress, result)
+        nodes = []
+        for p, v in zip(batch, verdicts):
+            node = state.add(p, v, step)
+            if store is not None:
+                if p.spec is not None:
+                    store.add_candidate(p.spec.hash, p.spec.format, p.spec.lang, p.spec.text, origin=p.origin)
+                node.id = store.add_node(
+                    run_id=run_id, target_id=target.id, parent_id=p.parent.id if p.parent else None,
+                    strategy=strategy.name, policy=policy.name, step=step, depth=node.depth, origin=p.origin,
+                    candidate_hash=p.spec.hash if p.spec else None, status=v.status, reward=node.reward,
+                    speedup=v.speedup, candidate_s=v.candidate_s, reasons=(v.reasons or [])[:3], llm_call_id=p.llm_call_id,
+                )
+            if hook is not None:
+                hook.pytest_maxcode_evaluation(target=target, node=node)
+            nodes.append(node)
+        budget.charge(evaluations=len(batch))
+        strategy.update(nodes)
+        step += 1
+
+
+def _evaluate(batch: list[Proposal], oracle: Oracle, store: Any, target: TargetInfo, lock: Any,
+              progress: Callable[[str], None], result: SearchResult) -> list[Verdict]:
+    done: dict[int, Verdict] = {}
+    for i, p in enumerate(batch):
+        if p.spec is None:
+            done[i] = _format_verdict(p)
+            continue
+        row = store.find_evaluation(target.id, p.spec.hash, oracle.eval_key) if store else None
+        if row is not None:
+            done[i] = verdict_from_row(row, str(p.spec.path))
+            result.resumed += 1
+    todo = [p.spec for i, p in enumerate(batch) if i not in done and p.spec is not None]
+    # one proposal text may come twice in a batch (k samples that agree): check it once
+    unique = list({s.hash: s for s in todo}.values())
+    formats = sum(p.spec is None for p in batch)
+    progress(
+        f"{target.id}: evaluating {len(unique)} candidate(s)"
+        + (f", {len(done) - formats} from the store" if len(done) > formats else "")
+        + (f", {formats} repl{'y' if formats == 1 else 'ies'} without code" if formats else "")
+    )
+    fresh: dict[str, Verdict] = {}
+    if unique:
+        with lock:
+            t0 = time.monotonic()
+            fresh = {s.hash: v for s, v in zip(unique, oracle.check(unique))}
+            result.timings["oracle_s"] += time.monotonic() - t0
+    return [done[i] if i in done else fresh[p.spec.hash] for i, p in enumerate(batch)]  # type: ignore[union-attr]

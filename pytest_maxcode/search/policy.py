@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..oracle.check import NATIVE_EXTS, CandidateSpec
+from .state import Proposal, SearchState
+from .strategy import Ask
 
 TUNE = re.compile(r"^\s*(?://|#)\s*maxcode-tune:\s*(?P<spec>.+)$", re.MULTILINE)
 
@@ -39,13 +41,6 @@ class TargetInfo:
     min_speedup: float | None = None
     budget: int | None = None
     inplace: bool = False
-
-
-@dataclass
-class Proposal:
-    spec: CandidateSpec
-    origin: str
-    params: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_tunables(text: str) -> dict[str, list[str]]:
@@ -90,7 +85,28 @@ for _part in {qualname!r}.split("."):
 '''
 
 
+EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
+
+
+def materialize(out_dir: Path, text: str, lang: str, stem: str) -> CandidateSpec:
+    """A candidate's file, named by its content so equal sources share one file."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = out_dir / f"{stem}-{digest}{EXT[lang]}"
+    if not path.exists():
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return CandidateSpec(path, "compat" if lang == "py" else "native", lang, text)
+
+
+def candidates_dir(root: Path, target_id: str) -> Path:
+    return root / ".maxcode" / "candidates" / target_id
+
+
 class BuiltinPolicy:
+    """A proposer that ignores what it is asked to build on: its candidates are a fixed list."""
+
     name = "builtin"
 
     def __init__(self, target: TargetInfo, root: Path, device: str, torch_compile: bool = True) -> None:
@@ -98,15 +114,17 @@ class BuiltinPolicy:
         self.root = root
         self.device = device
         self.torch_compile = torch_compile
-        self.out_dir = root / ".maxcode" / "candidates" / target.id
+        self.out_dir = candidates_dir(root, target.id)
+        self._queue: list[Proposal] | None = None
 
     def _materialize(self, text: str, ext: str, lang: str, fmt: str, stem: str) -> CandidateSpec:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-        path = self.out_dir / f"{stem}-{digest}{ext}"
-        if not path.exists():
-            path.write_text(text)
-        return CandidateSpec(path, fmt, lang, text)
+        return materialize(self.out_dir, text, lang, stem)
+
+    def propose(self, state: SearchState, asks: list[Ask]) -> list[Proposal]:
+        if self._queue is None:
+            self._queue = self.proposals()
+        take, self._queue = self._queue[: len(asks)], self._queue[len(asks) :]
+        return take
 
     def _wanted(self, lang: str) -> bool:
         if self.target.lang == "cpp":

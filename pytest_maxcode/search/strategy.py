@@ -1,97 +1,56 @@
-"""Strategies: one small protocol, so search methods plug into the same loop.
+"""The strategy protocol: how a search method plugs into the loop.
 
-The loop asks ``propose`` for a batch, sends it to the oracle's batch path, and reports
-the verdicts with ``update``; ``should_stop`` says when and why to stop.
+The loop owns budgets, the oracle and the store; a strategy only decides what to try
+next. Each round the loop calls ``propose(n)`` (n is the room left in the budgets), sends
+the proposals through the oracle's batch path, adds the results to the state as nodes,
+and calls ``update`` with them. ``should_stop`` gives the strategy's own reason to end
+(depth reached, nothing left to try); the budgets' reasons are the loop's.
+
+Strategies ask a ``Proposer`` (the policy: built-in seeds, an LLM, a plugin's) for
+candidates with ``Ask`` records: start from the reference, improve a node, or fix one.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from ..oracle.verdict import Verdict
-from .policy import Proposal
+from .state import Node, Proposal, SearchState
 
 
-@dataclass
-class SearchState:
-    """The trajectory and the best-so-far: what every strategy observes."""
-
-    target_id: str
-    trajectory: list[tuple[Proposal, Verdict]] = field(default_factory=list)
-    best: tuple[Proposal, Verdict] | None = None
-
-    def add(self, proposal: Proposal, verdict: Verdict) -> None:
-        self.trajectory.append((proposal, verdict))
-        if _rank(verdict) > (_rank(self.best[1]) if self.best else (-1, 0.0)):
-            self.best = (proposal, verdict)
+@dataclass(frozen=True)
+class Ask:
+    parent: Node | None = None  # None: start from the reference
+    mode: str = "initial"  # "initial" | "improve" | "fix"
+    observation: str | None = None  # override the run's observation setting, e.g. "feedback"
 
 
-def _rank(v: Verdict) -> tuple[int, float]:
-    """Faster and trustworthy first, then correct, then anything; then the candidate's own time.
+class Proposer(Protocol):
+    """A policy. Returns at most one proposal per ask, in order; fewer (or none) when it
+    has nothing more to offer. A reply without usable code is still a proposal (its
+    ``spec`` is None and ``error`` says why): a format failure is a result too."""
 
-    Not its speedup: every evaluation times the reference in its own process, and an eager
-    reference's time can differ several-fold between processes (allocator state), while a
-    candidate's own median is what the same workloads cost it.
-    """
-    own = -(v.candidate_s if v.candidate_s else float("inf"))
-    if v.status == "faster" and not v.weak_check:
-        return (2, own)
-    if v.correct:
-        return (1, own)
-    return (0, float("-inf"))
+    name: str
+
+    def propose(self, state: SearchState, asks: list[Ask]) -> list[Proposal]: ...
+
+
+@dataclass(frozen=True)
+class StrategyParams:
+    k: int = 4  # proposals per step
+    depth: int | None = None  # steps; None: until a budget ends the search
+    width: int = 2  # beam width
 
 
 class Strategy(Protocol):
     name: str
 
-    def initialize(self, state: SearchState, proposals: list[Proposal]) -> None: ...
+    def initialize(self, state: SearchState, proposer: Proposer, params: StrategyParams) -> None: ...
 
     def propose(self, n: int) -> list[Proposal]: ...
 
-    def update(self, results: list[tuple[Proposal, Verdict]]) -> None: ...
+    def update(self, nodes: list[Node]) -> None: ...
+
+    def best(self) -> Node | None: ...
 
     def should_stop(self) -> str | None: ...
-
-
-class SweepStrategy:
-    """Evaluate the policy's proposals in order, in batches, within the budget.
-
-    What the built-in policy needs: its seeds' configurations are a grid to measure.
-    """
-
-    name = "sweep"
-
-    def __init__(self, budget: int, time_limit: float | None, batch: int = 8) -> None:
-        self.budget = budget
-        self.time_limit = time_limit
-        self.batch = batch
-        self.start = time.monotonic()
-        self.queue: list[Proposal] = []
-        self.state: SearchState | None = None
-
-    def initialize(self, state: SearchState, proposals: list[Proposal]) -> None:
-        self.state = state
-        self.queue = list(proposals)
-
-    def propose(self, n: int) -> list[Proposal]:
-        assert self.state is not None
-        room = self.budget - len(self.state.trajectory)
-        take, self.queue = self.queue[: max(0, min(n, room, self.batch))], self.queue[max(0, min(n, room, self.batch)) :]
-        return take
-
-    def update(self, results: list[tuple[Proposal, Verdict]]) -> None:
-        assert self.state is not None
-        for p, v in results:
-            self.state.add(p, v)
-
-    def should_stop(self) -> str | None:
-        assert self.state is not None
-        if len(self.state.trajectory) >= self.budget:
-            return f"budget of {self.budget} candidates reached"
-        if self.time_limit is not None and time.monotonic() - self.start >= self.time_limit:
-            return f"time limit of {self.time_limit:g} s reached"
-        if not self.queue:
-            return "the policy has no more candidates"
-        return None

@@ -1,0 +1,87 @@
+"""Budgets: evaluations, LLM calls, tokens, money and wall time, per target and per run.
+
+The search stops at whichever limit it reaches first and says which. Counts (evaluations,
+LLM calls) are never exceeded: the loop asks ``room`` before each batch. Tokens and money
+are known only once a reply arrives, so a batch in flight can overshoot them by its own
+size; the search stops right after.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+KINDS = ("evaluations", "llm_calls", "tokens", "cost_usd", "time_s")
+WHAT = {
+    "evaluations": "evaluation budget of {:g}",
+    "llm_calls": "LLM-call budget of {:g}",
+    "tokens": "token budget of {:g}",
+    "cost_usd": "money budget of ${:g}",
+    "time_s": "time limit of {:g} s",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    evaluations: int | None = None
+    llm_calls: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    time_s: float | None = None
+
+
+class Meter:
+    """What a scope has spent; shared by the threads searching targets concurrently."""
+
+    def __init__(self, limits: Limits, scope: str) -> None:
+        self.limits = limits
+        self.scope = scope
+        self.start = time.monotonic()
+        self.spent = {k: 0.0 for k in KINDS if k != "time_s"}
+        self._lock = threading.Lock()
+
+    def charge(self, **amounts: float) -> None:
+        with self._lock:
+            for k, v in amounts.items():
+                self.spent[k] += v
+
+    def used(self, kind: str) -> float:
+        return time.monotonic() - self.start if kind == "time_s" else self.spent[kind]
+
+    def reached(self) -> str | None:
+        for kind in KINDS:
+            limit = getattr(self.limits, kind)
+            if limit is not None and self.used(kind) >= limit:
+                return f"{WHAT[kind].format(limit)} {self.scope} reached"
+        return None
+
+    def left(self, kind: str) -> float:
+        limit = getattr(self.limits, kind)
+        return float("inf") if limit is None else max(0.0, limit - self.used(kind))
+
+
+class Budget:
+    """One target's view: its own meter and the run's."""
+
+    def __init__(self, target: Limits, run: Meter | None = None) -> None:
+        self.target = Meter(target, "per target")
+        self.run = run
+        self._meters = [self.target] + ([run] if run is not None else [])
+
+    def charge(self, **amounts: float) -> None:
+        for m in self._meters:
+            m.charge(**amounts)
+
+    def exhausted(self) -> str | None:
+        for m in self._meters:
+            why = m.reached()
+            if why:
+                return why
+        return None
+
+    def room(self, *, llm: bool) -> int:
+        """How many proposals the next batch may hold (each LLM proposal is one call)."""
+        kinds = ("evaluations", "llm_calls") if llm else ("evaluations",)
+        n = min(m.left(k) for m in self._meters for k in kinds)
+        return int(min(n, 1 << 30))

@@ -1,0 +1,202 @@
+"""The proposal prompt and the parsing of replies.
+
+The request's ``system`` text is the static prefix (task, interface, reference, workloads,
+device): identical for every call of one target, so a provider's prompt cache serves it.
+The user message carries what changes: the baseline once measured, the observation, and
+what to do now (write, improve or fix).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..llm.base import LLMRequest, Message
+from .observation import build_observation, fence
+from .state import Node, SearchState
+
+NATIVE_ABI = """\
+Write ONE self-contained {lang_name} translation unit that defines
+
+    #include <dlpack/dlpack.h>
+    extern "C" int maxcode_run(const DLTensor* inputs, int32_t n_inputs,
+                               DLTensor* outputs, int32_t n_outputs, void* stream);
+
+- `DLTensor` is DLPack's tensor descriptor: `data` (void*), `ndim`, `shape` (int64_t*),
+  `strides` (int64_t*, in elements, may be NULL for contiguous), `dtype` ({{code, bits, lanes}}:
+  kDLFloat=2, kDLInt=0, kDLUInt=1, kDLBool=6), `byte_offset`, `device`.
+- inputs: the reference's positional arguments in order{module_inputs}. Python scalars arrive
+  as 0-d tensors (int64, float64 or bool).
+- outputs: allocated by the caller, contiguous, with the reference's output shapes and dtypes{outputs_note}.
+  Write every element of every output.
+- stream: {stream_note}
+- Return 0 on success; any other value is reported as a runtime error.
+- Do not modify the inputs. No Python, no torch headers, no files, no threads left running.
+- Built with: {build}"""
+
+COMPAT = """\
+Write ONE Python file that defines {entry} with the same call signature and results as the
+reference. It may use torch and build C++/CUDA code with torch.utils.cpp_extension.load_inline.
+Do not modify the inputs."""
+
+TASK = """\
+You are an expert performance engineer. Your job: make the reference below faster on the
+machine described, while computing the same results (within atol/rtol tolerances on every
+input set; outputs are compared element by element). Every candidate is compiled, checked on
+several seeded input sets and timed interleaved with the reference; only correct candidates
+count, and the fastest one wins."""
+
+REPLY = """\
+Reply with a short plan (a few lines), then exactly one fenced code block (```{tag}) that
+holds the complete file. Nothing after the code block."""
+
+ENTRY = {"native": "maxcode_run"}
+LANG_TAGS = {"cpp": ("cpp", "c++", "cxx", "cc", "c"), "cuda": ("cuda", "cu", "cpp", "c++"), "py": ("python", "py", "python3")}
+FENCE = re.compile(r"^(?P<ticks>`{3,}|~{3,})[ \t]*(?P<tag>[\w+.-]*)[^\n]*\n(?P<body>.*?)^(?P=ticks)[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+@dataclass
+class PromptContext:
+    """Everything about a target a prompt states; built once per target."""
+
+    target_id: str
+    kind: str  # "function" | "module"
+    reference_source: str
+    fmt: str  # "native" | "compat"
+    lang: str  # "cpp" | "cuda" | "py"
+    entry: str  # maxcode_run, ModelNew or the function's name
+    workloads: list[dict[str, Any]] = field(default_factory=list)  # name, signature, outputs
+    device: dict[str, Any] = field(default_factory=dict)  # name, cores or sms, bytes_per_s
+    atol: float | None = None
+    rtol: float | None = None
+    build: str = ""
+    max_tokens: int = 8192
+    temperature: float = 1.0
+    thinking_tokens: int = 0
+
+    def system(self) -> str:
+        lang_name = {"cpp": "C++17 (CPU)", "cuda": "CUDA C++17", "py": "Python"}[self.lang]
+        if self.fmt == "native":
+            iface = NATIVE_ABI.format(
+                lang_name=lang_name,
+                module_inputs=(", then the module's parameters and buffers in named_parameters() / named_buffers() order" if self.kind == "module" else ""),
+                outputs_note=" (a tuple result gives several outputs)",
+                stream_note=("the current CUDA stream (cudaStream_t); launch kernels on it" if self.lang == "cuda" else "NULL (CPU code); OpenMP is available"),
+                build=self.build or ("nvcc -O3 -std=c++17" if self.lang == "cuda" else "g++ -O3 -march=native -fopenmp -std=c++17"),
+            )
+        else:
+            iface = COMPAT.format(entry=self.entry)
+        tol = []
+        if self.atol is not None:
+            tol.append(f"atol={self.atol:g}")
+        if self.rtol is not None:
+            tol.append(f"rtol={self.rtol:g}")
+        parts = [
+            TASK,
+            "# Interface\n" + iface,
+            f"# Reference ({self.kind} {self.target_id})\n" + fence(self.reference_source, "py"),
+            "# Workloads (shapes and dtypes the tests call it with)\n" + self._workloads(),
+            "# Device\n" + self._device(),
+        ]
+        if tol:
+            parts.append("# Tolerance\n" + ", ".join(tol))
+        parts.append("# Reply format\n" + REPLY.format(tag={"cpp": "cpp", "cuda": "cuda", "py": "python"}[self.lang]))
+        return "\n\n".join(parts)
+
+    def _workloads(self) -> str:
+        lines = []
+        for w in self.workloads:
+            outs = w.get("outputs")
+            out_text = f" -> outputs {', '.join(f'{d}{s}' for s, d in outs)}" if outs else ""
+            lines.append(f"- {w['name']}: {w['signature']}{out_text}")
+        return "\n".join(lines) or "- (none recorded)"
+
+    def _device(self) -> str:
+        d = self.device
+        line = d.get("name", "unknown")
+        if d.get("sms"):
+            line += f", {d['sms']} SMs"
+        if d.get("cores"):
+            line += f", {d['cores']} cores"
+        if d.get("bytes_per_s"):
+            line += f"; measured copy bandwidth {d['bytes_per_s'] / 1e9:.1f} GB/s"
+        return line
+
+
+INSTRUCTIONS = {
+    "initial": "Write a first implementation that is faster than the reference.",
+    "improve": "Write a faster version of candidate #{i}: keep it correct, change what limits its speed.",
+    "fix": "Candidate #{i} failed ({status}). Fix the cause stated above, and keep it fast.",
+}
+
+
+def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...]) -> str:
+    obs = build_observation(state, parts, parent)
+    blocks = []
+    if state.baseline_s:
+        blocks.append(f"## Baseline\nThe reference takes {state.baseline_s * 1e6:.1f} us per call (median over the workloads).")
+    else:
+        blocks.append("## Baseline\nNot measured yet: the first correct candidate's run measures the reference.")
+    if obs.sections:
+        blocks.append(obs.text())
+    if parent is None:
+        mode = "initial"
+    instruction = INSTRUCTIONS[mode].format(i=parent.index if parent else "", status=parent.verdict.status if parent else "")
+    if parent is not None and parent.index not in obs.shown:
+        lang = parent.proposal.spec.lang if parent.proposal.spec else ctx.lang
+        code = fence(parent.code, lang) if parent.code is not None else "(it had no code)"
+        blocks.append(f"## Candidate #{parent.index}\n{code}")
+    blocks.append("## Your task now\n" + instruction)
+    return "\n\n".join(blocks)
+
+
+def build_request(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...], sample: int) -> LLMRequest:
+    return LLMRequest(
+        system=ctx.system(),
+        messages=(Message("user", user_message(ctx, state, parent, mode, parts)),),
+        max_tokens=ctx.max_tokens,
+        temperature=ctx.temperature,
+        thinking_tokens=ctx.thinking_tokens,
+        sample=sample,
+    )
+
+
+def parse_reply(text: str, fmt: str, lang: str, entry: str) -> tuple[str | None, str | None]:
+    """(code, None) or (None, why the reply has no usable code): a ``format`` failure."""
+    blocks = [(m.group("tag").lower(), m.group("body")) for m in FENCE.finditer(text)]
+    if not blocks:
+        opened = re.search(r"^(`{3,}|~{3,})", text, re.MULTILINE)
+        if opened:
+            return None, "the reply's code block is not closed (cut off at max_tokens?)"
+        return None, "the reply has no fenced code block"
+    wanted = LANG_TAGS[lang]
+    usable = [body for tag, body in blocks if tag in wanted or not tag]
+    if not usable:
+        tags = ", ".join(sorted({t for t, _ in blocks}))
+        return None, f"the reply's code blocks are {tags}, not {wanted[0]}"
+    with_entry = [b for b in usable if re.search(rf"\b{re.escape(entry)}\b", b)]
+    if not with_entry:
+        return None, f"the reply's code defines no {entry}"
+    return max(with_entry, key=len).rstrip() + "\n", None
+
+
+def reference_text(path: Any, qualname: str) -> str:
+    """The reference as the user wrote it (docstring and comments help a model), without its
+    decorator, after the module's imports (the names it uses)."""
+    import ast
+    import textwrap
+
+    source = path.read_text()
+    tree = ast.parse(source)
+    body, node = tree.body, None
+    for part in qualname.split("."):
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part), None)
+        if node is None:
+            raise ValueError(f"{path}: no {qualname}")
+        body = node.body
+    lines = source.splitlines()
+    segment = textwrap.dedent("\n".join(lines[node.lineno - 1 : node.end_lineno]))
+    imports = [ast.get_source_segment(source, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    imports = [i for i in imports if i and "pytest_maxcode" not in i]
+    return "\n".join(imports) + ("\n\n\n" if imports else "") + segment

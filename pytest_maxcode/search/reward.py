@@ -1,0 +1,31 @@
+"""Rewards: the speedup when correct, tiered values for failures (DESIGN.md section 6).
+
+format < compile error < runtime error / crash / timeout < wrong < correct (its speedup,
+always > 0). A rejected candidate (one that cheated the harness) ranks with format
+failures: nothing in it should be built upon.
+"""
+
+from __future__ import annotations
+
+from ..oracle.verdict import Verdict
+
+TIERS: dict[str, float] = {
+    "format": -1.0,
+    "rejected": -1.0,
+    "compile_error": -0.75,
+    "runtime_error": -0.5,
+    "crash": -0.5,
+    "timeout": -0.5,
+    "wrong": -0.25,
+}
+
+
+def reward(v: Verdict) -> float:
+    if v.correct:
+        return float(v.speedup) if v.speedup is not None and v.speedup > 0 else 1e-3
+    return TIERS[v.status]
+
+
+def discounted_max(rewards_by_depth: list[float], gamma: float) -> float:
+    """The objective along one path: the best discounted reward reached, not the sum."""
+    return max((gamma**d) * r for d, r in enumerate(rewards_by_depth)) if rewards_by_depth else float("-inf")
