@@ -65,6 +65,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="Apply every verified target of a report written by pytest --maxcode. Exit status 1 when none was applied.",
     )
     apply.add_argument("report", nargs="?", default=".maxcode/reports/report.json", metavar="REPORT", help="default: .maxcode/reports/report.json")
+    show = sub.add_parser(
+        "show",
+        help="print a target's search tree, a node's source, or the prompt and reply behind a node",
+        description=(
+            "Read the store (.maxcode/maxcode.db in this folder or the nearest one above that has .maxcode/). "
+            "Without TARGET: list the searched targets. With TARGET (an id, or a glob or substring matching "
+            "exactly one): print its search tree, one line per node. --source and --prompt take a node id "
+            "(the #N of the tree)."
+        ),
+    )
+    show.add_argument("target", nargs="?", metavar="TARGET", help="a target id, or a glob or substring matching exactly one")
+    show.add_argument("--run", default="latest", metavar="N|latest|all",
+                      help="which run's tree: a run id, latest (default: the latest run that searched TARGET) or all")
+    what = show.add_mutually_exclusive_group()
+    what.add_argument("--source", type=int, metavar="NODE", help="print the candidate source of node NODE")
+    what.add_argument("--prompt", type=int, metavar="NODE", help="print the prompt and the model's reply behind node NODE")
+    show.add_argument("--json", action="store_true", help="print JSON instead of text")
+    show.add_argument("--store", metavar="PATH", help="the store file (default: .maxcode/maxcode.db here or above)")
     return parser
 
 
@@ -124,6 +142,205 @@ def cmd_status(ns: argparse.Namespace) -> int:
             table.add_row(r["target"], f"[{style[r['state']]}]{r['state']}[/]", r["kernel"], f"{r['speedup']:.3g}x", r["reason"])
         Console().print(table)
     return 1 if any(r["state"] in ("stale", "missing") for r in rows) else 0
+
+
+def _find_store(given: str | None) -> Path:
+    """The store to read: --store, else .maxcode/maxcode.db in the nearest folder (this one or above) with .maxcode/."""
+    from .store import default_path
+
+    if given is not None:
+        path = Path(given)
+        if not path.is_file():
+            raise MaxcodeError(f"{path}: no such store; run pytest --maxcode first")
+        return path
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".maxcode").is_dir():
+            path = default_path(folder)
+            if not path.is_file():
+                raise MaxcodeError(f"{path}: no store yet; run pytest --maxcode first")
+            return path
+    raise MaxcodeError("no .maxcode/maxcode.db here or in any folder above; run pytest --maxcode first")
+
+
+def _match_target(pattern: str, ids: list[str]) -> str:
+    """An exact id, else the one id a glob (with * ? [) or a substring matches."""
+    import fnmatch
+
+    if pattern in ids:
+        return pattern
+    if any(c in pattern for c in "*?["):
+        found = [t for t in ids if fnmatch.fnmatchcase(t, pattern)]
+    else:
+        found = [t for t in ids if pattern in t]
+    if len(found) == 1:
+        return found[0]
+    known = ", ".join(found if found else ids) or "none"
+    if found:
+        raise MaxcodeError(f"{pattern!r} matches {len(found)} targets: {known}; give one exactly")
+    raise MaxcodeError(f"no target matches {pattern!r} (targets in the store: {known})")
+
+
+def _select_run(store, target: str, spec: str) -> int | None:
+    """The run id to show (None: every run) for --run N|latest|all."""
+    runs = sorted({n["run_id"] for n in store.nodes(target) if n["run_id"] is not None})
+    if spec == "all":
+        return None
+    if spec == "latest":
+        return runs[-1] if runs else None
+    try:
+        run = int(spec)
+    except ValueError:
+        raise MaxcodeError(f"--run: {spec!r} is not a run id, latest or all") from None
+    if run not in runs:
+        raise MaxcodeError(f"run {run} did not search {target} (runs that did: {', '.join(map(str, runs)) or 'none'})")
+    return run
+
+
+def _dump_json(value) -> None:
+    json.dump(value, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _node(store, node_id: int, target: str | None) -> dict:
+    """Node ``node_id`` (ids are global to the store); when TARGET was given too, it must be that target's."""
+    for t in store.target_ids():
+        for n in store.nodes(t):
+            if n["id"] == node_id:
+                if target is not None and t != target:
+                    raise MaxcodeError(f"node #{node_id} belongs to {t}, not {target}")
+                return n
+    raise MaxcodeError(f"no node #{node_id} in {store.path}")
+
+
+def _show_source(store, node: dict, as_json: bool) -> int:
+    cand = store.candidate(node["candidate_hash"]) if node["candidate_hash"] else None
+    if cand is None:
+        why = f": {node['reasons'][0]}" if node["reasons"] else ""
+        raise MaxcodeError(f"node #{node['id']} has no candidate source (status {node['status']}{why}); try --prompt {node['id']}")
+    if as_json:
+        _dump_json(cand)
+    else:
+        sys.stdout.write(cand["source"] if cand["source"].endswith("\n") else cand["source"] + "\n")
+    return 0
+
+
+def _show_prompt(store, node: dict, as_json: bool) -> int:
+    if node["llm_call_id"] is None:
+        line = f"node #{node['id']} has no LLM call: it came from the {node['policy']} policy (origin {node['origin']})"
+        if as_json:
+            _dump_json({"node": node["id"], "llm_call": None, "policy": node["policy"], "origin": node["origin"]})
+        else:
+            print(line)
+        return 0
+    call = store.llm_call(node["llm_call_id"])
+    if call is None:
+        raise MaxcodeError(f"node #{node['id']}: LLM call {node['llm_call_id']} is missing from {store.path}")
+    if as_json:
+        _dump_json(call)
+        return 0
+    req = call["request"] if isinstance(call["request"], dict) else {}
+    tokens = call["input_tokens"] + call["output_tokens"]
+    out = [
+        f"node #{node['id']}: {call['provider']} {call['model']} ({call['source']}{', scripted' if call['scripted'] else ''}, "
+        f"{tokens} tokens, ${call['cost_usd']:.4f}, {call['latency_s']:.1f} s)",
+        "settings: " + ", ".join(f"{k} {req[k]}" for k in ("max_tokens", "temperature", "thinking_tokens", "sample") if req.get(k) is not None),
+    ]
+    if req.get("system"):
+        out += ["", "=== system ===", str(req["system"]).rstrip("\n")]
+    for m in req.get("messages") or []:
+        content = m.get("content") if isinstance(m, dict) else m
+        if not isinstance(content, str):  # structured content blocks: keep their text
+            content = "\n".join(b.get("text", json.dumps(b)) if isinstance(b, dict) else str(b) for b in (content or []))
+        out += ["", f"=== {m.get('role', '?') if isinstance(m, dict) else '?'} ===", content.rstrip("\n")]
+    out += ["", "=== reply ===", str(call["response"]).rstrip("\n")]
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _list_targets(store, run: int | None, as_json: bool) -> int:
+    rows = []
+    for target in store.target_ids():
+        nodes = store.nodes(target, run)
+        if not nodes:
+            continue
+        correct = [n["speedup"] for n in nodes if n["status"] in ("faster", "not_faster") and n["speedup"] is not None]
+        runs = sorted({n["run_id"] for n in nodes if n["run_id"] is not None})
+        rows.append({
+            "target": target, "runs": len(runs), "latest_run": runs[-1] if runs else None, "nodes": len(nodes),
+            "best_speedup": max(correct) if correct else None,
+            "cost_usd": store.llm_totals(run_id=run, target_id=target)["cost_usd"],
+        })
+    if as_json:
+        _dump_json(rows)
+        return 0
+    if not rows:
+        print(f"no search trees in {store.path} yet; run pytest --maxcode")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=str(store.path))
+    for col, right in (("target", False), ("runs", True), ("latest run", True), ("nodes", True), ("best", True), ("cost", True)):
+        table.add_column(col, justify="right" if right else "left")
+    for r in rows:
+        best = f"{r['best_speedup']:.2f}x" if r["best_speedup"] is not None else "-"
+        table.add_row(Text(r["target"]), str(r["runs"]), str(r["latest_run"] or "-"), str(r["nodes"]), best, f"${r['cost_usd']:.4f}")
+    Console().print(table)
+    return 0
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    import sqlite3
+
+    from .store import Store
+
+    path = _find_store(ns.store)
+    try:
+        store = Store(path)
+    except sqlite3.DatabaseError as e:
+        raise MaxcodeError(f"{path}: not a maxcode store ({e})") from None
+    with store:
+        ids = store.target_ids()
+        target = _match_target(ns.target, ids) if ns.target is not None else None
+        if ns.source is not None:
+            return _show_source(store, _node(store, ns.source, target), ns.json)
+        if ns.prompt is not None:
+            return _show_prompt(store, _node(store, ns.prompt, target), ns.json)
+        if target is None:
+            run = None
+            if ns.run not in ("latest", "all"):
+                try:
+                    run = int(ns.run)
+                except ValueError:
+                    raise MaxcodeError(f"--run: {ns.run!r} is not a run id, latest or all") from None
+            return _list_targets(store, run, ns.json)
+        run = _select_run(store, target, ns.run)
+        nodes = store.nodes(target, run)
+        costs: dict[int, float] = {}
+        for n in nodes:
+            if n["llm_call_id"] is not None and n["llm_call_id"] not in costs:
+                call = store.llm_call(n["llm_call_id"])
+                costs[n["llm_call_id"]] = float(call["cost_usd"]) if call else 0.0
+        if ns.json:
+            _dump_json([dict(n, cost_usd=costs.get(n["llm_call_id"], 0.0) if n["llm_call_id"] is not None else 0.0) for n in nodes])
+            return 0
+        from rich.console import Console
+        from rich.text import Text
+
+        from .report.tree import best_node, render_tree
+
+        console = Console()
+        render_tree(nodes, console, costs)
+        totals = store.llm_totals(run_id=run, target_id=target)
+        top = best_node(nodes)
+        best = f"{top['speedup']:.2f}x (#{top['id']})" if top is not None and top["speedup"] is not None else "none correct"
+        console.print(Text(
+            f"{len(nodes)} node(s), best {best}, cost ${totals['cost_usd']:.4f}, {int(totals['tokens'])} tokens, "
+            f"{int(totals['calls'])} LLM call(s) ({int(totals['api_calls'])} to the API)"
+        ))
+    return 0
 
 
 def _config(ns: argparse.Namespace):
@@ -234,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_status(ns)
         if ns.command == "apply":
             return cmd_apply(ns)
+        if ns.command == "show":
+            return cmd_show(ns)
     except MaxcodeError as e:
         sys.stderr.write(f"maxcode: error: {e}\n")
         return 2

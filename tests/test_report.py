@@ -295,3 +295,133 @@ def test_terminal_does_not_interpret_markup_in_ids() -> None:
     console = Console(record=True, width=200)
     render_terminal(report, console)
     assert "mylib.[bold]x[/bold]" in console.export_text()
+
+
+# -- search trees and strategy curves ---------------------------------------------------------------
+
+
+def tree_report() -> dict[str, Any]:
+    """The sample run as a tree search: parents, steps, rewards, a format failure, and curves per strategy."""
+    from pytest_maxcode.report.tree import curves_by_strategy
+
+    report = sample_report()
+    t = report["targets"][0]
+    parents = [None, 0, 0, 2, 2, 4]
+    for e, parent in zip(t["trajectory"], parents):
+        depth = 0 if parent is None else t["trajectory"][parent]["depth"] + 1
+        e.update(node=100 + e["index"], parent=parent, depth=depth, step=depth, strategy="greedy",
+                 reward=e["speedup"] if e["status"] in ("faster", "not_faster") else -0.5)
+    t["trajectory"].append({"index": 6, "hash": None, "origin": "anthropic:claude-test", "status": "format", "speedup": None,
+                            "best_so_far": 2.31, "node": 106, "parent": 4, "depth": 3, "step": 3, "reward": -1.0,
+                            "strategy": "greedy", "reasons": ["the reply has no code block"]})
+
+    def node(i: int, run: int, strategy: str, status: str, speedup: float | None = None) -> dict[str, Any]:
+        return {"id": i, "run_id": run, "strategy": strategy, "status": status, "speedup": speedup, "parent_id": None}
+
+    store_nodes = [node(100 + e["index"], 3, "greedy", e["status"], e["speedup"]) for e in t["trajectory"]]
+    store_nodes += [node(1, 1, "sweep", "faster", 1.3), node(2, 1, "sweep", "wrong"),
+                    node(50, 2, "greedy", "not_faster", 0.9), node(51, 2, "greedy", "faster", 1.4)]
+    curves = curves_by_strategy(store_nodes)
+    assert list(curves) == ["sweep", "greedy (run 2)", "greedy (run 3)"]
+    t["search"] = {"strategy": "greedy", "policy": "llm", "llm": "anthropic:claude-test", "observation": "feedback",
+                   "stop_reason": "budget of 7 evaluations spent", "llm_calls": 6, "tokens": 12345, "cost_usd": 0.0623,
+                   "evaluations": 7, "curves": curves}
+    return report
+
+
+@needs_jsonschema
+def test_tree_report_is_valid_and_old_reports_still_are() -> None:
+    assert validate(tree_report()) == []
+    assert validate(sample_report()) == []  # none of the new fields is required
+
+
+@needs_jsonschema
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda t: t["search"].pop("curves"),
+        lambda t: t["search"].update(cost_usd=-1),
+        lambda t: t["search"]["curves"].update(bad=[[1]]),
+        lambda t: t["search"]["curves"].update(bad=[[1, "fast"]]),
+        lambda t: t["trajectory"][1].update(parent=-1),
+        lambda t: t["trajectory"][1].update(depth="1"),
+        lambda t: t["trajectory"][1].update(status="formatted"),
+    ],
+)
+def test_new_fields_are_typed(mutate: Any) -> None:
+    report = tree_report()
+    mutate(report["targets"][0])
+    assert validate(report)
+
+
+def test_html_draws_the_tree_and_one_curve_per_strategy() -> None:
+    report = tree_report()
+    page = render_html(report)
+    assert "<script" not in page.lower()
+    verified, skipped = page.split("<section ")[1:]
+    assert "Search tree" in verified and "Search tree" not in skipped  # no tree fields, no tree
+    tree = verified[verified.index('<svg xmlns="http://www.w3.org/2000/svg" class="search-tree"'):]
+    tree = tree[: tree.index("</svg>")]
+    trajectory = report["targets"][0]["trajectory"]
+    dots = re.findall(r'<circle [^>]*data-status="([a-z_]+)"[^>]*><title>([^<]*)</title>', tree)
+    assert [s for s, _ in dots] == [e["status"] for e in trajectory]  # parents before children: same order here
+    assert tree.count("<line ") == len(trajectory)  # one edge per evaluation: from its parent, or from the reference
+    assert tree.count('data-best="1"') == 1
+    best_tip = next(tip for s, tip in dots if "(best)" in tip)
+    assert best_tip.startswith("#4 (node 104) faster, speedup 2.31x") and "origin tune" in best_tip
+    assert "format, speedup -" in dots[-1][1] and "the reply has no code block" in dots[-1][1]
+    assert "best 2.31x" in tree and ">format<" in tree and ">compile_error<" in tree  # label and legend
+    # children sit one row below their parent
+    ys = [float(m) for m in re.findall(r'<circle cx="[0-9.]+" cy="([0-9.]+)" r="[0-9.]+" fill="#[0-9a-f]+" stroke', tree)]
+    rows = sorted(set(ys[: len(trajectory)]))
+    assert [rows.index(y) for y in ys[: len(trajectory)]] == [e["depth"] for e in trajectory]
+
+    curves = verified[verified.index('class="curves"'):]
+    curves = curves[: curves.index("</svg>")]
+    labels = re.findall(r'data-curve="([^"]*)"', curves)
+    assert labels == ["sweep", "greedy (run 2)", "greedy (run 3)"]
+    assert "sweep: best 1.30x at evaluation 1 of 2" in curves
+    assert "greedy (run 3): best 2.31x at evaluation 5 of 7" in curves
+    assert "Best so far by strategy" not in skipped
+
+
+def test_html_tree_copes_with_wide_deep_and_broken_trees() -> None:
+    report = tree_report()
+    t = report["targets"][0]
+    wide = [{"index": i, "hash": f"h{i}", "origin": "seed", "status": "faster" if i % 3 else "wrong",
+             "speedup": 1 + i / 100 if i % 3 else None, "best_so_far": None, "parent": None, "depth": 0} for i in range(300)]
+    t["trajectory"] = wide
+    page = render_html(report)
+    width = int(re.search(r'class="search-tree" width="(\d+)"', page).group(1))
+    assert width > 640 * 4  # 300 leaves get room: the page scrolls instead of piling the dots up
+    chain = [{"index": i, "hash": f"h{i}", "origin": "llm", "status": "faster", "speedup": 1 + i / 1000,
+              "best_so_far": None, "parent": i - 1 if i else None, "depth": i} for i in range(400)]
+    t["trajectory"] = chain
+    assert 'data-best="1"' in render_html(report)  # no recursion limit, whatever the depth
+    t["trajectory"] = [dict(chain[0], parent=1), dict(chain[1], parent=0), dict(chain[2], parent=77)]  # a cycle, a dangling parent
+    tree = render_html(report).split('class="search-tree"')[1].split("</svg>")[0]
+    assert tree.count("data-status=") == 3
+
+
+def test_html_escapes_curve_labels_and_origins() -> None:
+    report = tree_report()
+    t = report["targets"][0]
+    t["search"]["curves"] = {"<script>x</script>": [[1, 1.2]]}
+    t["trajectory"][0]["origin"] = '"><script>'
+    page = render_html(report)
+    assert "<script" not in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page
+
+
+def test_markdown_and_terminal_show_the_search() -> None:
+    report = tree_report()
+    md = render_markdown(report)
+    line = next(line for line in md.splitlines() if "search: strategy" in line)
+    assert "greedy" in line and "7 evaluations" in line and "6 LLM calls" in line
+    assert "12,345 tokens" in line and "$0.0623" in line and "anthropic:claude\\-test" not in line.split("model")[0]
+    assert md.count("search: strategy") == 1  # the skipped target has no search
+    console = Console(record=True, width=200)
+    render_terminal(report, console)
+    text = console.export_text()
+    assert "mylib.chain: 2.31x faster" in text and "(greedy, 7 evaluations, 6 LLM calls, $0.0623)" in text
+    assert "search: 6 LLM calls, 12,345 tokens, $0.0623 in all" in text

@@ -2,7 +2,8 @@
 
 A run produces one report dict (see ``schema.json``). From it this package writes
 ``report.json`` (for tools), ``summary.md`` (for CI summaries and pull-request comments)
-and ``report.html`` (a standalone page with one search-trajectory plot per target),
+and ``report.html`` (a standalone page with, per target, the search trajectory, the search
+tree and the best-so-far curve of each strategy),
 and prints the same summary table to the terminal.
 """
 
@@ -15,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ._format import SUMMARY_COLUMNS, fmt_time, machine_line, options_line, summary_row
+from ._format import SUMMARY_COLUMNS, finite, fmt_cost, fmt_time, machine_line, options_line, search_brief, summary_row
 from ._html import render_html
 from ._markdown import render_markdown
 
@@ -148,10 +149,20 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         table.add_row(*cells)
     console.print(table)
     console.print(Text(f"options: {options_line(report)}", style="dim"))
+    searches = [t["search"] for t in targets if isinstance(t.get("search"), Mapping)]
+    if searches:
+        calls = sum(int(finite(s.get("llm_calls")) or 0) for s in searches)
+        tokens = sum(int(finite(s.get("tokens")) or 0) for s in searches)
+        cost = sum(finite(s.get("cost_usd")) or 0.0 for s in searches)
+        console.print(Text(f"search: {calls:,} LLM calls, {tokens:,} tokens, {fmt_cost(cost)} in all", style="dim"))
     for t in targets:
         reason = str(t.get("reason") or "")
-        if reason:
+        brief = search_brief(t.get("search"))
+        if reason or brief:
             line = Text()
             line.append(str(t.get("id", "?")), style="bold")
-            line.append(f": {reason}")
+            if reason:
+                line.append(f": {reason}")
+            if brief:
+                line.append(f" ({brief})", style="dim")
             console.print(line)

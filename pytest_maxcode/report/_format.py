@@ -21,7 +21,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 )
 
 CORRECT_STATUSES = ("faster", "not_faster")
-FAILURE_ORDER = ("wrong", "compile_error", "runtime_error", "crash", "timeout", "rejected")
+FAILURE_ORDER = ("wrong", "compile_error", "runtime_error", "crash", "timeout", "rejected", "format")
 
 
 def finite(x: Any) -> float | None:
@@ -106,6 +106,50 @@ def fmt_params(params: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
+def fmt_cost(x: Any) -> str:
+    """Dollars: four decimals below a dollar (LLM calls are cheap one by one), two above."""
+    v = finite(x)
+    if v is None:
+        return "-"
+    return f"${v:.4f}" if abs(v) < 1 else f"${v:,.2f}"
+
+
+def fmt_count(x: Any) -> str:
+    """An integer count with thousands separators, ``-`` when missing."""
+    v = finite(x)
+    return "-" if v is None else f"{int(v):,}"
+
+
+def search_brief(search: Any) -> str:
+    """``greedy, 40 evaluations, 12 LLM calls, $0.0623``: a search in one short phrase ('' without one)."""
+    if not isinstance(search, Mapping):
+        return ""
+    parts = [str(search.get("strategy") or "?"), f"{fmt_count(search.get('evaluations'))} evaluations"]
+    if search.get("llm_calls"):
+        parts.append(f"{fmt_count(search.get('llm_calls'))} LLM calls")
+    parts.append(fmt_cost(search.get("cost_usd")))
+    return ", ".join(parts)
+
+
+def search_line(search: Any) -> str:
+    """Strategy, policy, model, evaluations, LLM calls, tokens, cost and why it stopped ('' without a search)."""
+    if not isinstance(search, Mapping):
+        return ""
+    how = [f"policy {search.get('policy') or '?'}"]
+    if search.get("llm"):
+        how.append(f"model {search['llm']}")
+    if search.get("observation"):
+        how.append(f"observation {search['observation']}")
+    line = (
+        f"search: strategy {search.get('strategy') or '?'} ({', '.join(how)}), "
+        f"{fmt_count(search.get('evaluations'))} evaluations, {fmt_count(search.get('llm_calls'))} LLM calls, "
+        f"{fmt_count(search.get('tokens'))} tokens, {fmt_cost(search.get('cost_usd'))}"
+    )
+    if search.get("stop_reason"):
+        line += f"; stopped: {search['stop_reason']}"
+    return line
+
+
 def target_facts(t: Mapping[str, Any]) -> list[str]:
     """The per-target facts every renderer lists, as plain text (each renderer escapes)."""
     facts = [
@@ -124,6 +168,9 @@ def target_facts(t: Mapping[str, Any]) -> list[str]:
             f"candidates: {cands.get('tried', 0)} tried, {cands.get('correct', 0)} correct, "
             f"{cands.get('faster', 0)} faster; failed: {fmt_failed(cands.get('failed'))}"
         )
+    search = search_line(t.get("search"))
+    if search:
+        facts.append(search)
     return facts
 
 

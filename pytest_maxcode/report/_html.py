@@ -28,6 +28,7 @@ code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#
 .verified{color:#1a7f37;font-weight:600}.not_verified,.no_speedup{color:#9a6700;font-weight:600}
 .skipped{color:#59636e;font-weight:600}.failed{color:#cf222e;font-weight:600}
 .empty{color:#59636e;font-style:italic;border:1px dashed #d0d7de;padding:2em;text-align:center;width:560px}
+.scroll{overflow-x:auto}
 svg text{font:11px -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;fill:#1f2328}
 """.strip()
 
@@ -71,6 +72,71 @@ def _fmt_tick(v: float) -> str:
     return f"{v:.10g}" if abs(v - round(v)) > 1e-9 else str(int(round(v)))
 
 
+def _axes(n: int, ymax: float, step: float, x: Any, y: Any, xlabel: str) -> list[str]:
+    """Grid, y labels, integer x ticks (about 10 at most) and both axis titles of a speedup plot."""
+    pw, ph = _W - _ML - _MR, _H - _MT - _MB
+    parts: list[str] = []
+    k = 0
+    while k * step <= ymax + 1e-12:
+        v = k * step
+        yy = y(v)
+        parts.append(f'<line x1="{_ML - 4}" y1="{yy:.1f}" x2="{_ML + pw}" y2="{yy:.1f}" stroke="#eaeef2"/>')
+        parts.append(f'<text x="{_ML - 7}" y="{yy + 4:.1f}" text-anchor="end">{esc(_fmt_tick(v))}</text>')
+        k += 1
+    xstep = max(1, int(_nice_step(n - 1 if n > 1 else 1, 8)))
+    ticks = sorted({1, n, *range(xstep, n + 1, xstep)})
+    if len(ticks) > 2 and ticks[-1] - ticks[-2] < xstep / 2:
+        ticks.pop(-2)  # keep the last label from colliding with its neighbour
+    for i in ticks:
+        xx = x(i)
+        parts.append(f'<line x1="{xx:.1f}" y1="{_MT + ph}" x2="{xx:.1f}" y2="{_MT + ph + 4}" stroke="#59636e"/>')
+        parts.append(f'<text x="{xx:.1f}" y="{_MT + ph + 16}" text-anchor="middle">{i}</text>')
+    parts.append(f'<text x="{_ML + pw / 2:.1f}" y="{_H - 6}" text-anchor="middle">{esc(xlabel)}</text>')
+    parts.append(
+        f'<text x="14" y="{_MT + ph / 2:.1f}" text-anchor="middle" transform="rotate(-90 14 {_MT + ph / 2:.1f})">speedup (x)</text>'
+    )
+    return parts
+
+
+def _ref_lines(minsp: float | None, y: Any) -> list[str]:
+    """Dashed lines at 1.0x (no change) and at the bar a speedup has to clear, labelled on the right."""
+    pw = _W - _ML - _MR
+    parts: list[str] = []
+    refs = [(1.0, "1.0x", "#59636e")]
+    if minsp is not None and abs(minsp - 1.0) > 1e-9:
+        refs.append((minsp, f"min {minsp:.2f}x", "#9a6700"))
+    label_y = [y(v) for v, _, _ in refs]
+    if len(refs) == 2 and abs(label_y[0] - label_y[1]) < 12:  # close lines: spread their labels apart
+        mid, sign = (label_y[0] + label_y[1]) / 2, (1 if label_y[0] >= label_y[1] else -1)
+        label_y = [mid + 6 * sign, mid - 6 * sign]
+    for (v, label, colour), ly in zip(refs, label_y):
+        yy = y(v)
+        parts.append(
+            f'<line x1="{_ML}" y1="{yy:.1f}" x2="{_ML + pw}" y2="{yy:.1f}" stroke="{colour}" stroke-dasharray="5 4"/>'
+        )
+        parts.append(f'<text x="{_ML + pw + 4}" y="{ly + 4:.1f}" style="fill:{colour}">{esc(label)}</text>')
+    return parts
+
+
+def _step_line(points: Sequence[tuple[int, float | None]], x: Any, y: Any, colour: str, attrs: str = "") -> list[str]:
+    """Best-so-far as a step line: it holds its value until an evaluation beats it (None: nothing yet)."""
+    pts: list[str] = []
+    prev: float | None = None
+    for i, b in points:
+        if b is None:
+            continue
+        if prev is not None and b != prev:
+            pts.append(f"{x(i):.1f},{y(prev):.1f}")
+        pts.append(f"{x(i):.1f},{y(b):.1f}")
+        prev = b
+    parts: list[str] = []
+    if pts:
+        if len(pts) == 1:
+            parts.append(f'<circle cx="{pts[0].split(",")[0]}" cy="{pts[0].split(",")[1]}" r="2" fill="{colour}"/>')
+        parts.append(f'<polyline points="{" ".join(pts)}" fill="none" stroke="{colour}" stroke-width="2"{attrs}/>')
+    return parts
+
+
 def trajectory_svg(trajectory: Sequence[Mapping[str, Any]], min_speedup: float | None, title: str = "") -> str:
     """Best-so-far speedup against evaluation index, with each evaluation's own result as a dot.
 
@@ -101,61 +167,15 @@ def trajectory_svg(trajectory: Sequence[Mapping[str, Any]], min_speedup: float |
         f"<title>{esc(title or 'best-so-far speedup')}</title>",
         f'<rect x="{_ML}" y="{_MT}" width="{pw}" height="{ph}" fill="#ffffff" stroke="#d0d7de"/>',
     ]
-    # y axis: grid lines and labels
-    k = 0
-    while k * step <= ymax + 1e-12:
-        v = k * step
-        yy = y(v)
-        parts.append(f'<line x1="{_ML - 4}" y1="{yy:.1f}" x2="{_ML + pw}" y2="{yy:.1f}" stroke="#eaeef2"/>')
-        parts.append(f'<text x="{_ML - 7}" y="{yy + 4:.1f}" text-anchor="end">{esc(_fmt_tick(v))}</text>')
-        k += 1
-    # x axis: integer ticks, at most about 10 labels
-    xstep = max(1, int(_nice_step(n - 1 if n > 1 else 1, 8)))
-    ticks = sorted({1, n, *range(xstep, n + 1, xstep)})
-    if len(ticks) > 2 and ticks[-1] - ticks[-2] < xstep / 2:
-        ticks.pop(-2)  # keep the last label from colliding with its neighbour
-    for i in ticks:
-        xx = x(i)
-        parts.append(f'<line x1="{xx:.1f}" y1="{_MT + ph}" x2="{xx:.1f}" y2="{_MT + ph + 4}" stroke="#59636e"/>')
-        parts.append(f'<text x="{xx:.1f}" y="{_MT + ph + 16}" text-anchor="middle">{i}</text>')
-    parts.append(f'<text x="{_ML + pw / 2:.1f}" y="{_H - 6}" text-anchor="middle">evaluation</text>')
-    parts.append(
-        f'<text x="14" y="{_MT + ph / 2:.1f}" text-anchor="middle" transform="rotate(-90 14 {_MT + ph / 2:.1f})">speedup (x)</text>'
-    )
-    # reference lines: 1.0x and the bar a speedup has to clear
-    refs = [(1.0, "1.0x", "#59636e")]
-    if minsp is not None and abs(minsp - 1.0) > 1e-9:
-        refs.append((minsp, f"min {minsp:.2f}x", "#9a6700"))
-    label_y = [y(v) for v, _, _ in refs]
-    if len(refs) == 2 and abs(label_y[0] - label_y[1]) < 12:  # close lines: spread their labels apart
-        mid, sign = (label_y[0] + label_y[1]) / 2, (1 if label_y[0] >= label_y[1] else -1)
-        label_y = [mid + 6 * sign, mid - 6 * sign]
-    for (v, label, colour), ly in zip(refs, label_y):
-        yy = y(v)
-        parts.append(
-            f'<line x1="{_ML}" y1="{yy:.1f}" x2="{_ML + pw}" y2="{yy:.1f}" stroke="{colour}" stroke-dasharray="5 4"/>'
-        )
-        parts.append(f'<text x="{_ML + pw + 4}" y="{ly + 4:.1f}" style="fill:{colour}">{esc(label)}</text>')
-    # best-so-far as a step line: it holds its value until an evaluation beats it
-    pts: list[str] = []
-    prev: float | None = None
-    for i, b in enumerate(best, start=1):
-        if b is None:
-            continue
-        if prev is not None and b != prev:
-            pts.append(f"{x(i):.1f},{y(prev):.1f}")
-        pts.append(f"{x(i):.1f},{y(b):.1f}")
-        prev = b
-    if pts:
-        if len(pts) == 1:
-            parts.append(f'<circle cx="{pts[0].split(",")[0]}" cy="{pts[0].split(",")[1]}" r="2" fill="{_LINE}"/>')
-        parts.append(f'<polyline points="{" ".join(pts)}" fill="none" stroke="{_LINE}" stroke-width="2"/>')
+    parts += _axes(n, ymax, step, x, y, "evaluation")
+    parts += _ref_lines(minsp, y)
+    parts += _step_line(list(enumerate(best, start=1)), x, y, _LINE)
     # one dot per evaluation, coloured by whether the candidate was correct
     for i, (e, s) in enumerate(zip(trajectory, speedups), start=1):
         status = str(e.get("status", "?"))
         ok = status in f.CORRECT_STATUSES
         cy = y(s) if s is not None else _MT + ph
-        tip = f"#{i} {status}, speedup {f.fmt_ratio(s)}, origin {e.get('origin', '?')}, hash {str(e.get('hash', ''))[:12]}"
+        tip = f"#{i} {status}, speedup {f.fmt_ratio(s)}, origin {e.get('origin', '?')}, hash {str(e.get('hash') or '-')[:12]}"
         fill = _OK if ok else _BAD
         parts.append(
             f'<circle cx="{x(i):.1f}" cy="{cy:.1f}" r="4" fill="{fill}" stroke="#ffffff" stroke-width="1" '
@@ -171,6 +191,230 @@ def trajectory_svg(trajectory: Sequence[Mapping[str, Any]], min_speedup: float |
         f'<circle cx="{lx + 164}" cy="{ly}" r="4" fill="{_BAD}"/>',
         f'<text x="{lx + 172}" y="{ly + 4}">failed (no speedup: on the x axis)</text>',
     ]
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+# Node colours in the search tree, one per verdict; failures in warm colours, a reply without code in grey.
+STATUS_COLOURS: dict[str, str] = {
+    "faster": "#1a7f37",
+    "not_faster": "#bf8700",
+    "wrong": "#cf222e",
+    "compile_error": "#fb8500",
+    "runtime_error": "#8250df",
+    "crash": "#6639ba",
+    "timeout": "#c297ff",
+    "rejected": "#82071e",
+    "format": "#8c959f",
+}
+_CURVE_COLOURS = ("#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#1b7c83", "#9a6700", "#57606a")
+
+
+def _best_index(trajectory: Sequence[Mapping[str, Any]], best: Any) -> int | None:
+    """Position of the report's best candidate in the trajectory (its fastest correct evaluation),
+    else of the fastest correct evaluation; None when nothing was correct."""
+    correct = [(i, f.finite(e.get("speedup"))) for i, e in enumerate(trajectory) if e.get("status") in f.CORRECT_STATUSES]
+    if isinstance(best, Mapping) and best.get("hash"):
+        same = [(i, s) for i, s in correct if trajectory[i].get("hash") == best["hash"]]
+        correct = same or correct
+    if not correct:
+        return None
+    return max(correct, key=lambda c: (c[1] if c[1] is not None else float("-inf"), -c[0]))[0]
+
+
+def has_tree(trajectory: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the trajectory says who descends from whom (reports before search trees do not)."""
+    return any("parent" in e or "depth" in e for e in trajectory)
+
+
+def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: str = "") -> str:
+    """The search tree: the reference on top, each evaluation a dot under the one it improved or fixed.
+
+    Dots are coloured by verdict, the best candidate ringed and labelled; hovering a dot shows its
+    verdict, speedup, reward, origin and step. Leaves are spread left to right in the order the
+    search made them, each parent centred over its children; a wide tree widens the picture.
+    """
+    n = len(trajectory)
+    if n == 0:
+        return '<p class="empty">no evaluations</p>'
+    pos_of = {e.get("index"): k for k, e in enumerate(trajectory) if isinstance(e.get("index"), int)}
+    par: list[int | None] = []
+    for k, e in enumerate(trajectory):
+        p = pos_of.get(e.get("parent")) if e.get("parent") is not None else None
+        par.append(None if p == k else p)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for k, p in enumerate(par):
+        if p is not None:
+            children[p].append(k)
+    # depth-first from the roots: depths from the structure, leaves numbered left to right
+    depth = [0] * n
+    order: list[int] = []
+    seen: set[int] = set()
+    stack = [(k, 0) for k in reversed(range(n)) if par[k] is None]
+    while stack:
+        k, d = stack.pop()
+        seen.add(k)
+        depth[k] = d
+        order.append(k)
+        stack.extend((c, d + 1) for c in reversed(children[k]))
+    for k in range(n):  # a parent cycle in a broken report: draw those evaluations as roots
+        if k not in seen:
+            par[k], children[k], depth[k] = None, [], 0
+            order.append(k)
+            seen.add(k)
+    roots = [k for k in order if par[k] is None]
+    xslot = [0.0] * n
+    leaves = 0
+    for k in order:
+        if not children[k]:
+            xslot[k] = leaves
+            leaves += 1
+    for k in reversed(order):  # children come after their parent in ``order``: centre parents last
+        if children[k]:
+            xslot[k] = (xslot[children[k][0]] + xslot[children[k][-1]]) / 2
+
+    levels = max(depth) + 2  # the reference's row, then depths 0..max
+    ml, mr, mt = 64, 72, 20
+    gap = min(36.0, max(10.0, (_W - ml - mr) / max(leaves, 1)))
+    width = max(_W, int(ml + mr + gap * max(leaves - 1, 0)) + 1)
+    row = min(56.0, max(18.0, 420 / max(levels - 1, 1)))
+    top = _best_index(trajectory, best)
+    # legend: the verdicts present in the usual order, then the best ring; wrapped to the width
+    present = [st for st in STATUS_COLOURS if any(e.get("status") == st for e in trajectory)]
+    present += sorted({str(e.get("status")) for e in trajectory} - set(STATUS_COLOURS))
+    legend: list[tuple[str, float, int]] = []  # (status or "" for best, x, row)
+    lx, lrow = float(ml), 0
+    for st in present + ([""] if top is not None else []):
+        w = 18 + 7 * len(st or "best")
+        if lx + w > width - 8 and lx > ml:
+            lx, lrow = float(ml), lrow + 1
+        legend.append((st, lx, lrow))
+        lx += w
+    plot_bottom = mt + row * (levels - 1)
+    height = int(plot_bottom + 30 + 16 * (lrow + 1)) + 1
+    span = gap * max(leaves - 1, 0)
+    x0 = ml + ((width - ml - mr) - span) / 2
+    r = min(7.0, max(3.0, gap * 0.3))
+
+    def xy(k: int) -> tuple[float, float]:
+        return x0 + xslot[k] * gap, mt + row * (depth[k] + 1)
+
+    ref_x = (x0 + (min(xslot[k] for k in roots) + max(xslot[k] for k in roots)) / 2 * gap) if roots else x0
+    ref_y = float(mt)
+    label = title or "search tree"
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="search-tree" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(label)}">',
+        f"<title>{esc(label)}</title>",
+    ]
+    # depth labels on the left, thinned to about 12
+    every = max(1, math.ceil((levels - 1) / 12))
+    parts.append(f'<text x="8" y="{ref_y + 4:.1f}">reference</text>')
+    for d in range(0, levels - 1, every):
+        parts.append(f'<text x="8" y="{mt + row * (d + 1) + 4:.1f}" style="fill:#59636e">depth {d}</text>')
+    # edges under the dots
+    for k in order:
+        x1, y1 = xy(k)
+        px, py = xy(par[k]) if par[k] is not None else (ref_x, ref_y)
+        parts.append(f'<line x1="{px:.1f}" y1="{py:.1f}" x2="{x1:.1f}" y2="{y1:.1f}" stroke="#afb8c1" stroke-width="1"/>')
+    parts.append(
+        f'<rect x="{ref_x - 5:.1f}" y="{ref_y - 5:.1f}" width="10" height="10" fill="#59636e">'
+        f"<title>the reference: every root starts from it</title></rect>"
+    )
+    for k in order:
+        e = trajectory[k]
+        status = str(e.get("status", "?"))
+        cx, cy = xy(k)
+        speed = f.finite(e.get("speedup"))
+        reward = f.finite(e.get("reward"))
+        tip = (
+            f"#{e.get('index', k)}"
+            + (f" (node {e['node']})" if e.get("node") is not None else "")
+            + f" {status}, speedup {f.fmt_ratio(speed)}, reward {'-' if reward is None else f'{reward:.3g}'}, "
+            f"origin {e.get('origin', '?')}, step {e.get('step', '-')}"
+            + (f", strategy {e['strategy']}" if e.get("strategy") else "")
+        )
+        reasons = e.get("reasons")
+        if isinstance(reasons, Sequence) and not isinstance(reasons, str) and reasons:
+            tip += f": {reasons[0]}"
+        if k == top:
+            tip += " (best)"
+        ring = ' stroke="#0969da" stroke-width="3" data-best="1"' if k == top else ' stroke="#ffffff" stroke-width="1"'
+        parts.append(
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{r + 2 if k == top else r:.1f}" fill="{STATUS_COLOURS.get(status, "#59636e")}"'
+            f'{ring} data-status="{esc(status)}"><title>{esc(tip)}</title></circle>'
+        )
+    if top is not None:
+        cx, cy = xy(top)
+        parts.append(
+            f'<text x="{cx + r + 5:.1f}" y="{cy + 4:.1f}" style="fill:#0969da;font-weight:600">'
+            f"best {esc(f.fmt_ratio(trajectory[top].get('speedup')))}</text>"
+        )
+    for st, lx, lrow in legend:
+        ly = plot_bottom + 30 + 16 * lrow
+        if st:
+            parts.append(f'<circle cx="{lx:.0f}" cy="{ly:.0f}" r="4" fill="{STATUS_COLOURS.get(st, "#59636e")}"/>')
+            parts.append(f'<text x="{lx + 7:.0f}" y="{ly + 4:.0f}">{esc(st)}</text>')
+        else:
+            parts.append(f'<circle cx="{lx:.0f}" cy="{ly:.0f}" r="5" fill="#ffffff" stroke="#0969da" stroke-width="3"/>')
+            parts.append(f'<text x="{lx + 9:.0f}" y="{ly + 4:.0f}">best</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def curves_svg(curves: Mapping[str, Any], min_speedup: float | None, title: str = "") -> str:
+    """Best-so-far speedup against evaluations, one step line per strategy (per run when a strategy
+    ran more than once), so searches of different kinds compare on the same budget axis."""
+    series: list[tuple[str, list[tuple[int, float | None]]]] = []
+    for label, curve in curves.items():
+        pts: list[tuple[int, float | None]] = []
+        if isinstance(curve, Sequence) and not isinstance(curve, str):
+            for p in curve:
+                if isinstance(p, Sequence) and not isinstance(p, str) and len(p) == 2 and f.finite(p[0]) is not None:
+                    pts.append((int(f.finite(p[0]) or 0), f.finite(p[1])))
+        series.append((str(label), pts))
+    n = max((i for _, pts in series for i, _ in pts), default=0)
+    if not series or n == 0:
+        return '<p class="empty">no evaluations</p>'
+    minsp = f.finite(min_speedup)
+    values = [v for _, pts in series for _, v in pts if v is not None] + [1.0] + ([minsp] if minsp is not None else [])
+    step = _nice_step(max(values) * 1.05)
+    ymax = step * math.ceil(max(values) * 1.05 / step)
+    pw, ph = _W - _ML - _MR, _H - _MT - _MB
+    height = _H + 16 * len(series) + 4
+
+    def x(i: float) -> float:
+        return _ML + (pw / 2 if n == 1 else (i - 1) * pw / (n - 1))
+
+    def y(v: float) -> float:
+        return _MT + ph - (v / ymax) * ph
+
+    label = title or "best-so-far speedup by strategy"
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="curves" width="{_W}" height="{height}" viewBox="0 0 {_W} {height}" '
+        f'role="img" aria-label="{esc(label)}">',
+        f"<title>{esc(label)}</title>",
+        f'<rect x="{_ML}" y="{_MT}" width="{pw}" height="{ph}" fill="#ffffff" stroke="#d0d7de"/>',
+    ]
+    parts += _axes(n, ymax, step, x, y, "evaluations")
+    parts += _ref_lines(minsp, y)
+    for j, (name, pts) in enumerate(series):
+        colour = _CURVE_COLOURS[j % len(_CURVE_COLOURS)]
+        dash = ' stroke-dasharray="7 3"' if j >= len(_CURVE_COLOURS) else ""
+        line = _step_line(pts, x, y, colour, f'{dash} data-curve="{esc(name)}"')
+        if not line:  # nothing correct yet: still one element per curve, so every strategy is accounted for
+            line = [f'<polyline points="" fill="none" stroke="{colour}" data-curve="{esc(name)}"/>']
+        parts += line
+        final = next((v for _, v in reversed(pts) if v is not None), None)
+        last = pts[-1][0] if pts else 0
+        if final is not None:
+            first = next(i for i, v in pts if v == final)
+            note = f"best {final:.2f}x at evaluation {first} of {last}"
+        else:
+            note = f"no correct candidate in {last} evaluations"
+        ly = _H + 16 * j + 2
+        parts.append(f'<line x1="{_ML}" y1="{ly}" x2="{_ML + 18}" y2="{ly}" stroke="{colour}" stroke-width="2"{dash}/>')
+        parts.append(f'<text x="{_ML + 24}" y="{ly + 4}">{esc(name)}: {esc(note)}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -191,7 +435,17 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
     out.append("</ul>")
 
     out.append("<h3>Search trajectory</h3>")
-    out.append(trajectory_svg(t.get("trajectory") or [], min_speedup, title=f"{t.get('id', '?')}: best-so-far speedup"))
+    trajectory = t.get("trajectory") or []
+    out.append(trajectory_svg(trajectory, min_speedup, title=f"{t.get('id', '?')}: best-so-far speedup"))
+    if trajectory and has_tree(trajectory):
+        out.append("<h3>Search tree</h3>")
+        tree = tree_svg(trajectory, t.get("best"), title=f"{t.get('id', '?')}: search tree")
+        out.append(f'<div class="scroll">{tree}</div>')
+    search = t.get("search")
+    curves = search.get("curves") if isinstance(search, Mapping) else None
+    if isinstance(curves, Mapping) and curves:
+        out.append("<h3>Best so far by strategy</h3>")
+        out.append(curves_svg(curves, min_speedup, title=f"{t.get('id', '?')}: best-so-far speedup by strategy"))
 
     workloads = t.get("workloads") or []
     if workloads:
