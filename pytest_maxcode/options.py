@@ -94,7 +94,28 @@ OPTIONS: tuple[Option, ...] = (
     Option("target", "optimize only targets whose id matches this glob (e.g. 'mylib.*'; repeatable)", action="append", metavar="PATTERN", scopes=PYTEST),
     Option("budget", "candidates evaluated per target (default 8)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("time", "seconds of search per target (default: no limit)", type=positive_float, default=None, metavar="SECONDS", scopes=PYTEST),
-    Option("policy", "where candidates come from: 'builtin' (torch.compile variants and seeds under maxcode_kernels/seeds/)", choices=("builtin",), default=None, scopes=PYTEST),
+    Option("policy", "where candidates come from: 'llm' (the model of --maxcode-llm) or 'builtin' (torch.compile variants and seeds under maxcode_kernels/seeds/); plugins add more (default: llm when a model is configured, else builtin)", default=None, metavar="NAME", scopes=PYTEST),
+    Option("llm", "the model: anthropic[:MODEL[@URL]], openai:MODEL[@URL] (vLLM, Ollama, llama.cpp, OpenAI), replay:CASSETTE.jsonl (default: anthropic when ANTHROPIC_API_KEY is set)", default=None, metavar="SPEC", scopes=PYTEST),
+    Option("record", "record every LLM request and reply of this run to a cassette (replay it with --maxcode-llm=replay:PATH)", default=None, metavar="PATH", scopes=PYTEST),
+    Option("strategy", "search method: sweep, best-of-n, refine, effi, maxcode, beam; plugins add more (default: maxcode with an LLM, sweep without)", default=None, metavar="NAME", scopes=PYTEST),
+    Option("observation", "what of the search the prompt shows: feedback, trajectory, best, critique, joined with + (default trajectory+best)", default=None, metavar="PARTS", scopes=PYTEST),
+    Option("format", "what the LLM writes: native (.cpp/.cu maxcode_run, default) or compat (a Python file)", choices=("native", "compat"), default=None, scopes=PYTEST),
+    Option("k", "proposals per search step (default 4)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("depth", "search steps (default: until a budget ends the search)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("width", "beam width of --maxcode-strategy=beam (default 2)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("llm_calls", "LLM requests per target (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("tokens", "LLM tokens (input + output) per target (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("cost", "US dollars of LLM use per target (default: no limit)", type=positive_float, default=None, metavar="USD", scopes=PYTEST),
+    Option("run_budget", "candidates evaluated in the whole run (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("run_time", "seconds of search in the whole run (default: no limit)", type=positive_float, default=None, metavar="SECONDS", scopes=PYTEST),
+    Option("run_llm_calls", "LLM requests in the whole run (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("run_tokens", "LLM tokens in the whole run (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("run_cost", "US dollars of LLM use in the whole run (default: no limit)", type=positive_float, default=None, metavar="USD", scopes=PYTEST),
+    Option("llm_concurrency", "LLM requests in flight at once (default 4)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("llm_timeout", "seconds one LLM request may take (default 600)", type=positive_float, default=None, metavar="SECONDS", scopes=PYTEST),
+    Option("llm_retries", "retries of a rate-limited (429) or failed (5xx) LLM request, by the SDK with backoff (default 2)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("thinking_tokens", "extended-thinking budget per request, Anthropic models (default 0: off)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("parallel_targets", "targets searched at once: their LLM requests overlap, oracle work takes turns (default 1)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("json_path", "also write the JSON report here (it always lands in .maxcode/reports/)", metavar="PATH", spelled="json", scopes=PYTEST),
     Option("apply", "write each verified best kernel to maxcode_kernels/ and maxcode.lock", action="store_true", default=None, scopes=PYTEST),
 )
@@ -104,13 +125,43 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "target": None,
     "budget": 8,
     "time": None,
-    "policy": "builtin",
+    "policy": None,
     "json_path": None,
     "apply": False,
     "min_speedup": 1.05,
     "device": None,
     "torch_compile": True,  # the built-in policy's torch.compile variants ([tool.maxcode] only)
+    "llm": None,
+    "record": None,
+    "strategy": None,
+    "observation": None,
+    "format": None,
+    "k": 4,
+    "depth": None,
+    "width": 2,
+    "llm_calls": None,
+    "tokens": None,
+    "cost": None,
+    "run_budget": None,
+    "run_time": None,
+    "run_llm_calls": None,
+    "run_tokens": None,
+    "run_cost": None,
+    "llm_concurrency": 4,
+    "llm_timeout": 600.0,
+    "thinking_tokens": 0,
+    "parallel_targets": 1,
+    # [tool.maxcode] only
+    "llm_retries": 2,
+    "llm_cache": True,
+    "max_tokens": 8192,
+    "temperature": 1.0,
+    "prices": None,  # {"model": {"input": USD/Mtok, "output": ..., "cache_write": ..., "cache_read": ...}}
 }
+
+POSITIVE_INTS = ("budget", "k", "depth", "width", "llm_calls", "tokens", "run_budget", "run_llm_calls", "run_tokens",
+                 "llm_concurrency", "parallel_targets", "max_tokens")
+NON_NEGATIVE_INTS = ("thinking_tokens", "llm_retries")
 
 
 def for_scope(scope: str) -> list[Option]:
@@ -144,8 +195,21 @@ def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]
     out.update({k: v for k, v in cli.items() if v is not None})
     if isinstance(out["target"], str):
         out["target"] = [out["target"]]
-    if out["budget"] is not None and (not isinstance(out["budget"], int) or out["budget"] < 1):
-        raise ValueError(f"budget must be a positive integer, not {out['budget']!r}")
+    for key in POSITIVE_INTS + NON_NEGATIVE_INTS:
+        v = out[key]
+        low = 1 if key in POSITIVE_INTS else 0
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
+            raise ValueError(f"{key.replace('_', '-')} must be {'a positive' if low else 'a non-negative'} integer, not {v!r}")
+    for key in ("cost", "run_cost", "run_time", "time", "llm_timeout"):
+        v = out[key]
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0):
+            raise ValueError(f"{key.replace('_', '-')} must be a number greater than 0, not {v!r}")
+    if out["prices"] is not None and not isinstance(out["prices"], dict):
+        raise ValueError("prices must be a table: [tool.maxcode.prices] MODEL = {input = USD_PER_MTOK, output = ...}")
+    if out["observation"] is not None:
+        from .search.observation import parse_observation
+
+        parse_observation(out["observation"])
     return out
 
 

@@ -14,6 +14,12 @@ import pytest
 from . import options
 
 
+def pytest_addhooks(pluginmanager: Any) -> None:
+    from . import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
+
+
 def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("maxcode", "pytest-maxcode: verified C++/CUDA speedups")
     options.add_to_pytest(group)

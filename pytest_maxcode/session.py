@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import platform
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,13 @@ class MaxcodeSession:
         self.recorder = Recorder()
         self.report: dict[str, Any] | None = None
         self.report_paths: dict[str, Path] = {}
+        self._say_lock = threading.Lock()
+        self._oracle_lock = threading.Lock()
+        from .llm import make_service
+        from .store import default_path
+
+        # configuration problems (no key, a bad spec) stop the run here, before any test runs
+        self.llm = make_service(settings, self.root, default_path(self.root))
         for handle in list(REGISTRY.values()):
             self._maybe_attach(handle)
         ON_REGISTER.append(self._maybe_attach)
@@ -45,7 +53,8 @@ class MaxcodeSession:
     def _say(self, message: str) -> None:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
-            tr.write_line(f"maxcode: {message}")
+            with self._say_lock:
+                tr.write_line(f"maxcode: {message}")
 
     # -- while the tests run --------------------------------------------------------------
 
@@ -78,7 +87,8 @@ class MaxcodeSession:
             "created_at": started,
             "machine": _machine(self.settings["device"] or "cpu"),
             "options": dict(
-                {k: self.settings[k] for k in ("budget", "time", "policy", "min_speedup", "apply")},
+                {k: self.settings[k] for k in ("budget", "time", "min_speedup", "apply")},
+                policy=self.settings["policy"] or ("llm" if self.llm is not None else "builtin"),
                 device=self.settings["device"] or "auto",
             ),
             "targets": targets,
@@ -100,16 +110,33 @@ class MaxcodeSession:
     def _optimize_all(self) -> list[dict[str, Any]]:
         from .store import Store, default_path
 
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .search.budget import Meter
+        from .search.loop import run_limits
+
         files = self.recorder.save(self.root)
-        out = []
-        with Store(default_path(self.root)) as store:
+        path = default_path(self.root)
+        with Store(path) as store:
             run_id = store.begin_run("pytest --maxcode", __version__)
-            for target_id, cap in sorted(self.recorder.targets.items()):
-                out.append(self._optimize(cap, files.get(target_id, []), store, run_id))
-            store.finish_run(run_id)
+        run_meter = Meter(run_limits(self.settings), "per run")
+
+        def one(item: tuple[str, TargetCapture]) -> dict[str, Any]:
+            with Store(path) as store:  # one connection per thread
+                return self._optimize(item[1], files.get(item[0], []), store, run_id, run_meter)
+
+        items = sorted(self.recorder.targets.items())
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, min(self.settings["parallel_targets"] or 1, len(items) or 1))) as pool:
+                out = list(pool.map(one, items))
+        finally:
+            if self.llm is not None:
+                self.llm.close()
+            with Store(path) as store:
+                store.finish_run(run_id)
         return out
 
-    def _optimize(self, cap: TargetCapture, captured: list[Path], store: Any, run_id: int) -> dict[str, Any]:
+    def _optimize(self, cap: TargetCapture, captured: list[Path], store: Any, run_id: int, run_meter: Any = None) -> dict[str, Any]:
         from .search.loop import search_target
         from .search.policy import TargetInfo
 
@@ -132,10 +159,14 @@ class MaxcodeSession:
         o = h.options
         info = TargetInfo(h.id, module_name, qualname, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget, o.inplace)
         self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
-        result = search_target(info, captured, self.root, self.settings, store=store, run_id=run_id, progress=self._say)
-        entry = _target_report(result, cap, self.root)
+        result = search_target(
+            info, captured, self.root, self.settings, store=store, run_id=run_id, progress=self._say,
+            hook=self.config.hook, llm=self.llm, run_meter=run_meter, oracle_lock=self._oracle_lock,
+        )
+        entry = _target_report(result, cap, self.root, store)
         if entry["status"] == "faster":
-            entry.update(self._verify(result, cap, entry))
+            with self._oracle_lock:  # the re-run benchmarks time too
+                entry.update(self._verify(result, cap, entry))
         return entry
 
     def _declared_inputs(self, cap: TargetCapture) -> Path:
@@ -193,27 +224,37 @@ def _machine(device: str) -> dict[str, Any]:
     return {k: fp[k] for k in ("host", "cpu", "cores", "torch", "device", "gpu") if k in fp}
 
 
-def _target_report(result: Any, cap: TargetCapture, root: Path) -> dict[str, Any]:
+def _target_report(result: Any, cap: TargetCapture, root: Path, store: Any = None) -> dict[str, Any]:
     """The report entry for one searched target (verification fills in the rest)."""
     from .oracle.build import cuda_arch
+    from .report.tree import curves_by_strategy
 
     state = result.state
     entry = _skipped(cap, "")
     failed: dict[str, int] = {}
     trajectory = []
     best_so_far: float | None = None
-    for i, (p, v) in enumerate(state.trajectory, 1):
+    for node in state.trajectory:
+        p, v = node.proposal, node.verdict
         if v.correct and v.speedup is not None:
             best_so_far = max(best_so_far or 0.0, v.speedup)
         else:
             failed[v.status] = failed.get(v.status, 0) + 1
         trajectory.append({
-            "index": i, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
+            "index": node.index + 1, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
             "candidate_s": v.candidate_s,
-            "best_so_far": best_so_far, "params": p.params, "reasons": v.reasons[:2],
+            "best_so_far": best_so_far, "params": p.params, "reasons": (v.reasons or [p.error or ""])[:2],
             "resumed": bool(v.diagnostics.get("resumed")),
+            "node": node.id, "parent": node.parent.index + 1 if node.parent is not None else None,
+            "depth": node.depth, "step": node.step, "reward": node.reward, "strategy": result.strategy,
         })
-    correct = [v for _, v in state.trajectory if v.correct]
+    entry["search"] = {
+        "strategy": result.strategy, "policy": result.policy, "llm": result.llm, "observation": result.observation,
+        "stop_reason": result.stop_reason, "llm_calls": result.llm_calls, "tokens": result.tokens,
+        "cost_usd": round(result.cost_usd, 6), "evaluations": len(state.trajectory),
+        "curves": curves_by_strategy(store.nodes(result.target.id)) if store is not None else {},
+    }
+    correct = [n.verdict for n in state.trajectory if n.verdict.correct]
     entry.update(
         elapsed_s=round(result.elapsed_s, 3),
         trajectory=trajectory,
@@ -227,10 +268,10 @@ def _target_report(result: Any, cap: TargetCapture, root: Path) -> dict[str, Any
         entry.update(status="failed", reason=result.error)
         return entry
     best = state.best
-    if best is None or not best[1].correct:
+    if best is None or not best.verdict.correct:
         entry.update(status="no_speedup", reason=f"no candidate was correct ({result.stop_reason})")
         return entry
-    p, v = best
+    p, v = best.proposal, best.verdict
     wl_diag = v.diagnostics.get("workloads", {})
     outputs = {key: w.get("outputs", []) for w in result.workloads for key in w["arg_keys"]}
     signatures = [w["layout"] for w in result.workloads]

@@ -1,0 +1,78 @@
+"""Hook specifications: how a ``conftest.py`` or an installed plugin extends the search.
+
+All hooks take keyword arguments only (pluggy passes them by name) and are registered
+with pytest by the plugin, so they are implemented like any pytest hook::
+
+    # conftest.py
+    def pytest_maxcode_strategy(name, settings):
+        if name == "greedy":
+            return MyGreedyStrategy()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .search.state import Node, Proposal, SearchState
+    from .search.strategy import Ask, Proposer, Strategy
+
+hookspec = pluggy.HookspecMarker("pytest")
+
+
+@hookspec(firstresult=True)
+def pytest_maxcode_strategy(*, name: str, settings: dict[str, Any]) -> "Strategy | None":
+    """Return a strategy for ``--maxcode-strategy=name`` (an object with ``name``,
+    ``initialize``, ``propose``, ``update``, ``best`` and ``should_stop``; see
+    ``pytest_maxcode.search.strategy``), or None to leave the name to others.
+
+    Example::
+
+        def pytest_maxcode_strategy(name, settings):
+            if name == "first-only":
+                from pytest_maxcode.search.strategies.best_of_n import BestOfN
+                s = BestOfN()
+                return s
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_maxcode_policy(*, name: str, target: Any, settings: dict[str, Any]) -> "Proposer | None":
+    """Return the proposer for ``--maxcode-policy=name`` (an object with ``name`` and
+    ``propose(state, asks) -> list[Proposal]``), or None. ``target`` is a
+    ``pytest_maxcode.search.policy.TargetInfo``.
+
+    Example::
+
+        def pytest_maxcode_policy(name, target, settings):
+            if name == "my-model":
+                return MyModelPolicy(target)
+    """
+
+
+@hookspec
+def pytest_maxcode_propose(*, target: Any, state: "SearchState", asks: "list[Ask]") -> "list[Proposal | str] | None":
+    """Offer candidates of your own for this round, before the policy's. Return a list of
+    ``Proposal`` objects or of source texts (in the target's language), at most
+    ``len(asks)`` in all; the policy fills the rest. Each becomes a node like any other.
+
+    Example::
+
+        def pytest_maxcode_propose(target, state, asks):
+            if target.id == "mylib.fused_chain" and not state.trajectory:
+                return [Path("kernels/handwritten.cpp").read_text()]
+    """
+
+
+@hookspec
+def pytest_maxcode_evaluation(*, target: Any, node: "Node") -> None:
+    """Called once per finished evaluation (``node.verdict``, ``node.reward``,
+    ``node.parent``): log it, stream it to a dashboard, collect rewards for training.
+
+    Example::
+
+        def pytest_maxcode_evaluation(target, node):
+            print(target.id, node.index, node.verdict.status, node.reward)
+    """
