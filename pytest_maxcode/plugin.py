@@ -35,9 +35,14 @@ def pytest_configure(config: Any) -> None:
         settings = options.load_settings(cli, config.rootpath / "pyproject.toml")
     except ValueError as e:
         raise pytest.UsageError(f"maxcode: {e}") from None
+    from .errors import MaxcodeError
     from .session import MaxcodeSession
 
-    config.pluginmanager.register(MaxcodeSession(config, settings), "maxcode-session")
+    try:
+        session = MaxcodeSession(config, settings)
+    except MaxcodeError as e:
+        raise pytest.UsageError(f"maxcode: {e}") from None
+    config.pluginmanager.register(session, "maxcode-session")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:

@@ -38,9 +38,20 @@ class MaxcodeSession:
 
         # configuration problems (no key, a bad spec) stop the run here, before any test runs
         self.llm = make_service(settings, self.root, default_path(self.root))
+        self._check_strategy(settings.get("strategy"))
         for handle in list(REGISTRY.values()):
             self._maybe_attach(handle)
         ON_REGISTER.append(self._maybe_attach)
+
+    def _check_strategy(self, name: str | None) -> None:
+        from .errors import MaxcodeError
+        from .search.strategies import STRATEGIES
+
+        if name is None or name in STRATEGIES:
+            return
+        if self.config.hook.pytest_maxcode_strategy(name=name, settings=self.settings) is None:
+            known = ", ".join(STRATEGIES)
+            raise MaxcodeError(f"--maxcode-strategy={name}: no such strategy (built in: {known}; a plugin can add one with pytest_maxcode_strategy)")
 
     def _selected(self, target_id: str) -> bool:
         patterns = self.settings["target"]

@@ -14,6 +14,11 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 
+# the suite never talks to a real model: without these, a developer's key would make the
+# plugin's default policy call Anthropic (and spend money) in every subprocess run
+for _var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+    os.environ.pop(_var, None)
+
 
 def cuda_available() -> bool:
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -47,6 +48,20 @@ class LLMRequest:
     def key(self, provider: str, model: str) -> str:
         blob = json.dumps({"provider": provider, "model": model, "request": self.to_json()}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def shape_key(self, provider: str, model: str) -> str:
+        """The key with the conversation's numbers masked (``#N`` node names kept).
+
+        Prompts quote measurements (times, speedups, bandwidth shares) that differ in every
+        run, so a replayed search meets prompts that differ from the recorded ones only in
+        those numbers; this key lets a cassette match them, in recorded order."""
+        d = self.to_json()
+        d["messages"] = [dict(m, content=_NUMBER.sub("N", m["content"])) for m in d["messages"]]
+        blob = json.dumps({"provider": provider, "model": model, "request": d}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_NUMBER = re.compile(r"(?<![#\w])\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 @dataclass

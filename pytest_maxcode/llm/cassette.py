@@ -189,7 +189,11 @@ def read_cassette(path: Path, *, label: str | None = None) -> Cassette:
 
 class ReplayClient:
     """Serves recorded replies by request key; never touches the network. Identical requests
-    get their recorded replies in recorded order (the last one again once they run out)."""
+    get their recorded replies in recorded order (the last one again once they run out).
+
+    A request whose exact key was not recorded is matched by its ``shape_key`` (the same
+    prompt up to measured numbers): a replayed search re-measures its candidates, and the
+    times it quotes back to the model are never the recorded ones to the last digit."""
 
     def __init__(self, path: Path, *, label: str | None = None) -> None:
         self.path = Path(path)
@@ -203,11 +207,13 @@ class ReplayClient:
         self._by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for e in cassette.entries:
             self._by_key[e["key"]].append(e["response"])
+            shape = LLMRequest.from_json(e["request"]).shape_key(self.provider, self.model)
+            self._by_key["shape:" + shape].append(e["response"])
         self._next: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self._by_key.values())
+        return sum(len(v) for k, v in self._by_key.items() if not k.startswith("shape:"))
 
     def describe(self) -> str:
         return f"replay:{self.label} ({self.provider}:{self.model}{', scripted' if self.scripted else ''})"
@@ -216,6 +222,9 @@ class ReplayClient:
         key = request.key(self.provider, self.model)
         with self._lock:
             replies = self._by_key.get(key)
+            if not replies:
+                key = "shape:" + request.shape_key(self.provider, self.model)
+                replies = self._by_key.get(key)
             if not replies:
                 raise MaxcodeError(
                     f"replay:{self.label} has no recorded reply for this request (the prompt changed); "

@@ -287,7 +287,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
          target: TargetInfo, hook: Any, lock: Any, progress: Callable[[str], None], result: SearchResult, uses_llm: bool) -> str:
     step = 0
     while True:
-        why = budget.exhausted() or strategy.should_stop() or getattr(policy, "unavailable", None) or getattr(getattr(policy, "inner", None), "unavailable", None)
+        why = budget.exhausted() or _unavailable(policy) or strategy.should_stop()
         if why:
             return why
         room = budget.room(llm=uses_llm)
@@ -295,7 +295,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
             return budget.exhausted() or "the budget is spent"
         batch = strategy.propose(room)[:room]
         if not batch:
-            return strategy.should_stop() or getattr(policy, "unavailable", None) or "the policy has no more candidates"
+            return _unavailable(policy) or strategy.should_stop() or "the policy has no more candidates"
         verdicts = _evaluate(batch, oracle, store, target, lock, progress, result)
         nodes = []
         for p, v in zip(batch, verdicts):
@@ -315,6 +315,12 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
         budget.charge(evaluations=len(batch))
         strategy.update(nodes)
         step += 1
+
+
+def _unavailable(policy: Any) -> str | None:
+    """The model stayed unavailable after the SDK's retries: why, as the stop reason."""
+    why = getattr(policy, "unavailable", None) or getattr(getattr(policy, "inner", None), "unavailable", None)
+    return f"the model is unavailable: {why}" if why else None
 
 
 def _evaluate(batch: list[Proposal], oracle: Oracle, store: Any, target: TargetInfo, lock: Any,
