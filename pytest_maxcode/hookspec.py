@@ -32,10 +32,9 @@ def pytest_maxcode_strategy(name: str, settings: dict[str, Any]) -> "Strategy | 
     Example::
 
         def pytest_maxcode_strategy(name, settings):
-            if name == "first-only":
-                from pytest_maxcode.search.strategies.best_of_n import BestOfN
-                s = BestOfN()
-                return s
+            if name == "wide-beam":
+                from pytest_maxcode.search.strategies.beam import BeamStrategy
+                return BeamStrategy()
     """
 
 

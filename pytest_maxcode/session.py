@@ -142,6 +142,8 @@ class MaxcodeSession:
                 out = list(pool.map(one, items))
         finally:
             if self.llm is not None:
+                for model in sorted(self.llm.unpriced_models):
+                    self._say(f"no price is known for {model}: its calls count as $0 and --maxcode-cost cannot stop them; set [tool.maxcode.prices]")
                 self.llm.close()
             with Store(path) as store:
                 store.finish_run(run_id)

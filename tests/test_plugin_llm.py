@@ -207,7 +207,8 @@ def test_the_cassette_replays_the_same_search_offline(recorded: tuple[Path, subp
     result = run(fresh, "--maxcode-llm=replay:cassette.jsonl")  # no server, no key, a new store
     assert result.returncode == 0, result.stdout[-3000:]
     after = [(r["status"], r["candidate_hash"], r["parent_id"] is None) for r in nodes(fresh)]
-    assert after == before
+    replayed = json.loads((fresh / ".maxcode" / "reports" / "report.json").read_text())["targets"][0]
+    assert after == before, replayed["search"]["stop_reason"]
     db = sqlite3.connect(fresh / ".maxcode" / "maxcode.db")
     assert {s for (s,) in db.execute("SELECT source FROM llm_calls")} == {"replay"}
 

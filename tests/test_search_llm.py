@@ -29,10 +29,13 @@ from pytest_maxcode.targets.capture import signature
 fake_openai = llm_fakes.fake_openai
 
 GOOD = (DATA / "chain" / "good.cpp").read_text()
-SLOW = GOOD.replace("// Correct: the chain fused into one OpenMP pass.", "// Correct but slow: one thread, recomputed three times.").replace(
+# clearly slower than the reference (one thread, 1000 passes): its verdict must not flip with
+# noise, or a replayed search would part from the recorded one
+SLOW = GOOD.replace("// Correct: the chain fused into one OpenMP pass.", "// Correct but slow: one thread, recomputed 1000 times.").replace(
     "#pragma omp parallel for if (rows * cols > 1 << 16)\n  for (int64_t r = 0; r < rows; ++r) {",
-    "for (int rep = 0; rep < 3; ++rep)\n  for (int64_t r = 0; r < rows; ++r) {",
+    "for (int rep = 0; rep < 1000; ++rep)\n  for (int64_t r = 0; r < rows; ++r) {",
 ).replace("#pragma omp simd\n", "")
+assert "rep < 1000" in SLOW
 WRONG = GOOD.replace("v * v - 0.5f", "v * v + 0.5f")
 BROKEN = GOOD.replace("float v =", "floot v =")
 NO_CODE = "I would fuse the four passes into one loop over the tensor."

@@ -61,7 +61,7 @@ class LLMRequest:
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
-_NUMBER = re.compile(r"(?<![#\w])\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+_NUMBER = re.compile(r"(?<![#\w])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import MaxcodeError
-from .base import LLMClient, LLMRequest, LLMResponse, is_scripted_model
+from .base import _NUMBER, LLMClient, LLMRequest, LLMResponse, is_scripted_model
 
 CASSETTE_VERSION = 1
 
@@ -210,6 +210,7 @@ class ReplayClient:
             shape = LLMRequest.from_json(e["request"]).shape_key(self.provider, self.model)
             self._by_key["shape:" + shape].append(e["response"])
         self._next: dict[str, int] = defaultdict(int)
+        self._recorded = [LLMRequest.from_json(e["request"]) for e in cassette.entries]
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -227,13 +228,33 @@ class ReplayClient:
                 replies = self._by_key.get(key)
             if not replies:
                 raise MaxcodeError(
-                    f"replay:{self.label} has no recorded reply for this request (the prompt changed); "
+                    f"replay:{self.label} has no recorded reply for this request (the prompt changed{self._where(request)}); "
                     f"re-record it with --maxcode-record {self.label}"
                 )
             i = self._next[key]
             self._next[key] = i + 1
             d = replies[min(i, len(replies) - 1)]
         return response_from_json(d, source="replay")
+
+    def _where(self, request: LLMRequest) -> str:
+        """The first line where the request parts from the closest recorded one."""
+        import difflib
+
+        def lines(r: LLMRequest) -> list[str]:
+            return [ln for m in r.messages for ln in _NUMBER.sub("N", m.content).splitlines()]
+
+        mine = lines(request)
+        best, ratio = None, -1.0
+        for r in self._recorded:
+            q = difflib.SequenceMatcher(None, mine, lines(r), autojunk=False).quick_ratio()
+            if q > ratio:
+                best, ratio = r, q
+        if best is None:
+            return ""
+        for a, b in zip(mine, lines(best)):
+            if a != b:
+                return f" at: {a.strip()[:100]!r}, recorded: {b.strip()[:100]!r}"
+        return ""
 
     def close(self) -> None:
         pass
