@@ -236,3 +236,28 @@ def test_without_a_model_the_builtin_policy_still_searches(chain_root: Path, tmp
         shutil.rmtree(chain_root / "maxcode_kernels")
     assert result.policy == "builtin" and result.strategy == "sweep" and result.llm is None
     assert result.state.best is not None and result.state.best.verdict.status == "faster"
+
+
+def test_targets_searched_concurrently_overlap_their_requests(
+    chain_root: Path, tmp_path: Path, fake_openai: Any
+) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    fake_openai.respond_with(scripted_model()).delay(0.4)
+    settings = dict(options.load_settings({}, None), llm=fake_openai.spec("local-model"), strategy="best-of-n", k=2, budget=4)
+    files = sorted((chain_root / ".maxcode" / "inputs" / "lib.chain").glob("*.pt"))
+    lock = threading.Lock()  # the session's: oracle work takes turns
+    service = make_service(settings, chain_root, tmp_path / "maxcode.db")
+
+    def one(target_id: str) -> Any:
+        with Store(tmp_path / "maxcode.db") as store:
+            target = TargetInfo(target_id, "lib", "chain", chain_root / "lib.py", "function", "cpp")
+            return search_target(target, files, chain_root, settings, store=store, run_id=None, progress=lambda m: None,
+                                 llm=service, oracle_lock=lock)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, ["lib.chain", "lib.chain_twin"]))
+    service.close()
+    assert fake_openai.max_in_flight >= 3  # both targets' requests were in flight together (k=2 each)
+    assert all(len(r.state.trajectory) == 4 and r.error is None for r in results)
