@@ -24,7 +24,7 @@ hookspec = pluggy.HookspecMarker("pytest")
 
 
 @hookspec(firstresult=True)
-def pytest_maxcode_strategy(name: str, settings: dict[str, Any]) -> "Strategy | None":
+def pytest_maxcode_strategy(name: str, settings: dict[str, Any]) -> Strategy | None:
     """Return a strategy for ``--maxcode-strategy=name`` (an object with ``name``,
     ``initialize``, ``propose``, ``update``, ``best`` and ``should_stop``; see
     ``pytest_maxcode.search.strategy``), or None to leave the name to others.
@@ -39,7 +39,7 @@ def pytest_maxcode_strategy(name: str, settings: dict[str, Any]) -> "Strategy | 
 
 
 @hookspec(firstresult=True)
-def pytest_maxcode_policy(name: str, target: Any, settings: dict[str, Any]) -> "Proposer | None":
+def pytest_maxcode_policy(name: str, target: Any, settings: dict[str, Any]) -> Proposer | None:
     """Return the proposer for ``--maxcode-policy=name`` (an object with ``name`` and
     ``propose(state, asks) -> list[Proposal]``), or None. ``target`` is a
     ``pytest_maxcode.search.policy.TargetInfo``.
@@ -53,7 +53,7 @@ def pytest_maxcode_policy(name: str, target: Any, settings: dict[str, Any]) -> "
 
 
 @hookspec
-def pytest_maxcode_propose(target: Any, state: "SearchState", asks: "list[Ask]") -> "list[Proposal | str] | None":
+def pytest_maxcode_propose(target: Any, state: SearchState, asks: list[Ask]) -> list[Proposal | str] | None:
     """Offer candidates of your own for this round, before the policy's. Return a list of
     ``Proposal`` objects or of source texts (in the target's language), at most
     ``len(asks)`` in all; the policy fills the rest. Each becomes a node like any other.
@@ -67,7 +67,7 @@ def pytest_maxcode_propose(target: Any, state: "SearchState", asks: "list[Ask]")
 
 
 @hookspec
-def pytest_maxcode_evaluation(target: Any, node: "Node") -> None:
+def pytest_maxcode_evaluation(target: Any, node: Node) -> None:
     """Called once per finished evaluation (``node.verdict``, ``node.reward``,
     ``node.parent``): log it, stream it to a dashboard, collect rewards for training.
 

@@ -119,12 +119,11 @@ class MaxcodeSession:
                 self._say(line)
 
     def _optimize_all(self) -> list[dict[str, Any]]:
-        from .store import Store, default_path
-
         from concurrent.futures import ThreadPoolExecutor
 
         from .search.budget import Meter
         from .search.loop import run_limits
+        from .store import Store, default_path
 
         files = self.recorder.save(self.root)
         path = default_path(self.root)

@@ -166,9 +166,9 @@ def test_a_model_driven_search_is_verified_and_reported(recorded: tuple[Path, su
     validate(report)
     t = report["targets"][0]
     assert t["status"] == "verified", t["reason"]
-    assert t["best"]["origin"] == "anthropic:claude-test"
+    assert t["best"]["origin"] == "anthropic:scripted-claude-test"  # labelled as scripted
     search = t["search"]
-    assert search["strategy"] == "maxcode" and search["policy"] == "llm" and search["llm"] == "anthropic:claude-test"
+    assert search["strategy"] == "maxcode" and search["policy"] == "llm" and search["llm"] == "anthropic:claude-test (scripted replies)"
     assert search["observation"] == "trajectory+best" and search["evaluations"] == len(t["trajectory"]) <= 6
     rows = nodes(path)
     assert len(rows) == len(t["trajectory"]) and {r["status"] for r in rows} >= {"format", "faster"}

@@ -35,7 +35,7 @@ class LLMRequest:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "LLMRequest":
+    def from_json(cls, d: dict[str, Any]) -> LLMRequest:
         return cls(
             system=d["system"],
             messages=tuple(Message(**m) for m in d["messages"]),

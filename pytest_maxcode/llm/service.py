@@ -15,6 +15,7 @@ SQLite connections cannot cross threads, so each calling thread opens its own ``
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -164,11 +165,11 @@ class LLMService:
         for store in stores:
             try:
                 store.close()
-            except Exception:  # sqlite3.ProgrammingError: made in another thread; it closes with it
+            except sqlite3.ProgrammingError:  # made in another thread; it closes with that thread
                 pass
 
-    def __enter__(self) -> "LLMService":
+    def __enter__(self) -> LLMService:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import MaxcodeError
 from ..oracle.check import CheckConfig, Oracle
@@ -203,6 +204,8 @@ def search_target(
             result.error = str(e)
             result.stop_reason = "the search could not start"
     result.timings["llm_s"] = getattr(getattr(policy, "inner", policy), "wait_s", 0.0)
+    if result.llm is not None and llm.scripted:
+        result.llm += " (scripted replies)"
     if llm is not None and store is not None and run_id is not None:
         totals = store.llm_totals(run_id=run_id, target_id=target.id)
         result.llm_calls, result.tokens, result.cost_usd = int(totals["api_calls"]), int(totals["tokens"]), float(totals["cost_usd"])

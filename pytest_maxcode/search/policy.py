@@ -17,7 +17,6 @@ import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..oracle.check import NATIVE_EXTS, CandidateSpec
 from .state import Proposal, SearchState

@@ -21,7 +21,7 @@ class Proposal:
     spec: CandidateSpec | None
     origin: str  # "seed:fused.cpp", "torch.compile:default", "anthropic:claude-...", ...
     params: dict[str, Any] = field(default_factory=dict)
-    parent: "Node | None" = None
+    parent: Node | None = None
     mode: str = "initial"  # "initial" | "improve" | "fix"
     error: str | None = None  # why there is no spec (a format failure)
     llm_call_id: int | None = None
@@ -41,7 +41,7 @@ class Node:
     critique: str | None = None  # filled by a critic (issue 5)
 
     @property
-    def parent(self) -> "Node | None":
+    def parent(self) -> Node | None:
         return self.proposal.parent
 
     @property

@@ -7,23 +7,19 @@ fix-ups of the failed ones. Wider than refinement, narrower than best-of-N.
 
 from __future__ import annotations
 
-from ..state import Node, Proposal, SearchState, rank
-from ..strategy import Ask, Proposer, StrategyParams
+from ..state import Node, rank
+from ..strategy import Ask
+from .base import StepStrategy
 
 #: nothing to build on: no code (format) or code that cheated the harness (rejected)
 UNBUILDABLE = ("format", "rejected")
 
 
-class BeamStrategy:
+class BeamStrategy(StepStrategy):
     """Width ``params.width``; ``max(1, k // w)`` children per beam node and step (so more
     than k when w > k), capped at n."""
 
     name = "beam"
-
-    def initialize(self, state: SearchState, proposer: Proposer, params: StrategyParams) -> None:
-        self.state, self.proposer, self.params = state, proposer, params
-        self.steps = 0
-        self.exhausted = False
 
     def beam(self) -> list[Node]:
         """The top-w nodes so far by ``rank`` (the earliest on ties), buildable ones only."""
@@ -44,25 +40,3 @@ class BeamStrategy:
             mode = "improve" if node.verdict.correct else "fix"
             asks += [Ask(parent=node, mode=mode)] * c
         return asks
-
-    def propose(self, n: int) -> list[Proposal]:
-        if n <= 0 or self.should_stop():
-            return []
-        out = self.proposer.propose(self.state, self._asks(n))[:n]
-        self.exhausted = not out
-        self.steps += bool(out)
-        return out
-
-    def update(self, nodes: list[Node]) -> None:
-        pass
-
-    def best(self) -> Node | None:
-        return self.state.best
-
-    def should_stop(self) -> str | None:
-        if self.exhausted:
-            return "the policy has no more candidates"
-        depth = self.params.depth
-        if depth is not None and self.steps >= depth:
-            return f"depth of {depth} step{'s' if depth != 1 else ''} reached"
-        return None

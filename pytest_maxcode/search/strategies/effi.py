@@ -7,32 +7,26 @@ upon, so the search cannot drift away from its best working code.
 
 from __future__ import annotations
 
-from ..state import Node, Proposal, SearchState, rank
+from ..state import Node, SearchState, rank
 from ..strategy import Ask, Proposer, StrategyParams
+from .base import StepStrategy
 
 
-class EffiStrategy:
+class EffiStrategy(StepStrategy):
     """Initial candidates until one is correct; then revise ``current``, keeping only gains."""
 
     name = "effi"
 
     def initialize(self, state: SearchState, proposer: Proposer, params: StrategyParams) -> None:
-        self.state, self.proposer, self.params = state, proposer, params
-        self.steps = 0
-        self.exhausted = False
+        super().initialize(state, proposer, params)
         self.current: Node | None = None
 
-    def propose(self, n: int) -> list[Proposal]:
-        if n <= 0 or self.should_stop():
-            return []
+    def _asks(self, n: int) -> list[Ask]:
         if self.current is None:
             ask = Ask()
         else:
             ask = Ask(parent=self.current, mode="improve", observation="feedback")
-        out = self.proposer.propose(self.state, [ask] * min(n, self.params.k))[:n]
-        self.exhausted = not out
-        self.steps += bool(out)
-        return out
+        return [ask] * min(n, self.params.k)
 
     def update(self, nodes: list[Node]) -> None:
         correct = [x for x in nodes if x.verdict.correct]
@@ -44,11 +38,3 @@ class EffiStrategy:
 
     def best(self) -> Node | None:
         return self.current if self.current is not None else self.state.best
-
-    def should_stop(self) -> str | None:
-        if self.exhausted:
-            return "the policy has no more candidates"
-        depth = self.params.depth
-        if depth is not None and self.steps >= depth:
-            return f"depth of {depth} step{'s' if depth != 1 else ''} reached"
-        return None

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..state import Node, Proposal, SearchState
+from ..state import Proposal, SearchState
 from ..strategy import Ask, Proposer, StrategyParams
+from .base import StepStrategy
 
 Rerank = Callable[[list[Proposal]], list[Proposal]]
 
 
-class MaxcodeStrategy:
+class MaxcodeStrategy(StepStrategy):
     """Each step asks k improvements of the best-so-far (or k initial candidates while
     nothing is correct). With ``rerank`` set, k are asked and only what it returns is sent."""
 
@@ -29,25 +30,20 @@ class MaxcodeStrategy:
         self.discarded: list[Proposal] = []
 
     def initialize(self, state: SearchState, proposer: Proposer, params: StrategyParams) -> None:
-        self.state, self.proposer, self.params = state, proposer, params
-        self.steps = 0
-        self.exhausted = False
+        super().initialize(state, proposer, params)
         self.rejected_all = False
         self.discarded = []
 
-    def propose(self, n: int) -> list[Proposal]:
-        if n <= 0 or self.should_stop():
-            return []
+    def _asks(self, n: int) -> list[Ask]:
         best = self.state.best
         if best is not None and best.verdict.correct:
             ask = Ask(parent=best, mode="improve")
         else:
             ask = Ask()
         k = self.params.k
-        asked = self.proposer.propose(self.state, [ask] * (k if self.rerank is not None else min(n, k)))
-        if not asked:
-            self.exhausted = True
-            return []
+        return [ask] * (k if self.rerank is not None else min(n, k))
+
+    def _keep(self, asked: list[Proposal], n: int) -> list[Proposal]:
         out = asked
         if self.rerank is not None:
             out = list(self.rerank(list(asked)))
@@ -56,21 +52,7 @@ class MaxcodeStrategy:
         out = out[:n]
         sent = {id(p) for p in out}
         self.discarded.extend(p for p in asked if id(p) not in sent)
-        self.steps += bool(out)
         return out
 
-    def update(self, nodes: list[Node]) -> None:
-        pass
-
-    def best(self) -> Node | None:
-        return self.state.best
-
-    def should_stop(self) -> str | None:
-        if self.exhausted:
-            return "the policy has no more candidates"
-        if self.rejected_all:
-            return "the value model kept none of the proposals"
-        depth = self.params.depth
-        if depth is not None and self.steps >= depth:
-            return f"depth of {depth} step{'s' if depth != 1 else ''} reached"
-        return None
+    def _stop_reason(self) -> str | None:
+        return "the value model kept none of the proposals" if self.rejected_all else None

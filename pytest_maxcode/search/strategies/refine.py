@@ -7,23 +7,22 @@ improved. This is the feedback loop most kernel-generation papers report.
 
 from __future__ import annotations
 
-from ..state import Node, Proposal, SearchState, rank
+from ..state import Node, SearchState, rank
 from ..strategy import Ask, Proposer, StrategyParams
+from .base import StepStrategy
 
 #: failures worth a fix-up turn: there is code, and it did not cheat the harness
 FIXABLE = ("compile_error", "runtime_error", "crash", "timeout", "wrong")
 MAX_FIXUPS = 2
 
 
-class RefineStrategy:
+class RefineStrategy(StepStrategy):
     """Round 0 starts from the reference; then fix the latest failure or improve the best."""
 
     name = "refine"
 
     def initialize(self, state: SearchState, proposer: Proposer, params: StrategyParams) -> None:
-        self.state, self.proposer, self.params = state, proposer, params
-        self.steps = 0
-        self.exhausted = False
+        super().initialize(state, proposer, params)
         self.last: list[Node] = []  # the latest round's nodes
         self.fixups = 0  # consecutive fix-up rounds of the current lineage
 
@@ -41,24 +40,8 @@ class RefineStrategy:
             return Ask(parent=best, mode="improve")
         return Ask()  # nothing correct yet and no fix-up left: start again from the reference
 
-    def propose(self, n: int) -> list[Proposal]:
-        if n <= 0 or self.should_stop():
-            return []
-        out = self.proposer.propose(self.state, [self._next_ask()] * min(n, self.params.k))[:n]
-        self.exhausted = not out
-        self.steps += bool(out)
-        return out
+    def _asks(self, n: int) -> list[Ask]:
+        return [self._next_ask()] * min(n, self.params.k)
 
     def update(self, nodes: list[Node]) -> None:
         self.last = list(nodes)
-
-    def best(self) -> Node | None:
-        return self.state.best
-
-    def should_stop(self) -> str | None:
-        if self.exhausted:
-            return "the policy has no more candidates"
-        depth = self.params.depth
-        if depth is not None and self.steps >= depth:
-            return f"depth of {depth} step{'s' if depth != 1 else ''} reached"
-        return None

@@ -5,27 +5,22 @@ What the built-in policy needs: its seeds' configurations are a grid to measure.
 
 from __future__ import annotations
 
-from ..state import Node, Proposal, SearchState
-from ..strategy import Ask, Proposer, StrategyParams
+from ..state import Proposal
+from ..strategy import Ask
+from .base import NO_MORE, StepStrategy
 
 
-class SweepStrategy:
+class SweepStrategy(StepStrategy):
     name = "sweep"
 
-    def initialize(self, state: SearchState, proposer: Proposer, params: StrategyParams) -> None:
-        self.state, self.proposer, self.params = state, proposer, params
-        self.exhausted = False
+    def _asks(self, n: int) -> list[Ask]:
+        return [Ask()] * max(0, min(n, max(self.params.k, 8)))
 
+    # the whole grid, whatever the depth: rounds are not steps, and nothing stops it but the policy
     def propose(self, n: int) -> list[Proposal]:
-        out = self.proposer.propose(self.state, [Ask()] * max(0, min(n, max(self.params.k, 8))))
+        out = self.proposer.propose(self.state, self._asks(n))
         self.exhausted = not out
         return out
 
-    def update(self, nodes: list[Node]) -> None:
-        pass
-
-    def best(self) -> Node | None:
-        return self.state.best
-
     def should_stop(self) -> str | None:
-        return "the policy has no more candidates" if self.exhausted else None
+        return NO_MORE if self.exhausted else None
