@@ -171,6 +171,8 @@ def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: 
     reason = _first_reason(node)
     if reason:
         line.append(f"  {reason}", style="dim")
+    if node.get("critique"):
+        line.append(f"\n    critique: {' '.join(str(node['critique']).split())}", style="italic")
     return line
 
 

@@ -288,6 +288,9 @@ def _format_verdict(p: Proposal) -> Verdict:
 
 def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracle, budget: Budget, store: Any, run_id: int | None,
          target: TargetInfo, hook: Any, lock: Any, progress: Callable[[str], None], result: SearchResult, uses_llm: bool) -> str:
+    from ..critique import RuleCritic
+
+    critic = RuleCritic()
     step = 0
     while True:
         why = budget.exhausted() or _unavailable(policy) or strategy.should_stop()
@@ -303,6 +306,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
         nodes = []
         for p, v in zip(batch, verdicts):
             node = state.add(p, v, step)
+            node.critique = critic.critique(node).text()
             if store is not None:
                 if p.spec is not None:
                     store.add_candidate(p.spec.hash, p.spec.format, p.spec.lang, p.spec.text, origin=p.origin)
@@ -311,6 +315,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
                     strategy=strategy.name, policy=policy.name, step=step, depth=node.depth, origin=p.origin,
                     candidate_hash=p.spec.hash if p.spec else None, status=v.status, reward=node.reward,
                     speedup=v.speedup, candidate_s=v.candidate_s, reasons=(v.reasons or [])[:3], llm_call_id=p.llm_call_id,
+                    critique=node.critique,
                 )
             if hook is not None:
                 hook.pytest_maxcode_evaluation(target=target, node=node)

@@ -282,13 +282,14 @@ class Store:
 
     def add_node(self, *, run_id: int | None, target_id: str, parent_id: int | None, strategy: str, policy: str,
                  step: int, depth: int, origin: str, candidate_hash: str | None, status: str, reward: float,
-                 speedup: float | None, candidate_s: float | None, reasons: list[str], llm_call_id: int | None) -> int:
+                 speedup: float | None, candidate_s: float | None, reasons: list[str], llm_call_id: int | None,
+                 critique: str | None = None) -> int:
         with self._tx():
             cur = self.db.execute(
                 "INSERT INTO nodes(run_id, target_id, parent_id, strategy, policy, step, depth, origin, candidate_hash, status, "
-                "reward, speedup, candidate_s, reasons, llm_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "reward, speedup, candidate_s, reasons, llm_call_id, critique, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, target_id, parent_id, strategy, policy, step, depth, origin, candidate_hash, status, reward,
-                 speedup, candidate_s, json.dumps(reasons), llm_call_id, _now()),
+                 speedup, candidate_s, json.dumps(reasons), llm_call_id, critique, _now()),
             )
         return int(cur.lastrowid)
 

@@ -1,0 +1,100 @@
+"""The rule-based critic on real oracle outcomes, and its thresholds on measured facts."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA
+from pytest_maxcode.critique import RuleCritic
+from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
+from pytest_maxcode.oracle.reference import parse_reference
+from pytest_maxcode.oracle.verdict import Verdict
+from pytest_maxcode.search.state import Proposal, SearchState
+
+CANDIDATES = {
+    "good.cpp": "correct:",
+    "broken.cpp": "compile:syntax",
+    "cheats/partial.cpp": "wrong:partial",
+    "cheats/unwritten.cpp": "wrong:unwritten-output",
+    "cheats/segfault.cpp": "runtime:out-of-bounds",
+    "cheats/nonzero_rc.cpp": "runtime:error-code",
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    """Real verdicts on a memory-sized workload (2048 x 4096 floats, 32 MiB a tensor)."""
+    root = tmp_path_factory.mktemp("critique")
+    shutil.copytree(DATA / "chain", root, dirs_exist_ok=True)
+    ref = (DATA / "chain" / "ref.py").read_text().replace("torch.randn(64, 1024), torch.randn(1024)", "torch.randn(2048, 4096), torch.randn(4096)")
+    (root / "ref.py").write_text(ref)
+    specs = [CandidateSpec.from_path(root / name) for name in CANDIDATES]
+    with Oracle(parse_reference(str(root / "ref.py")), CheckConfig(time_budget=0.2, n_seeds=2), root) as oracle:
+        verdicts = oracle.check(specs)
+    state = SearchState("chain")
+    out = {}
+    for name, spec, v in zip(CANDIDATES, specs, verdicts):
+        node = state.add(Proposal(spec, "test"), v, 0)
+        out[name] = (v, RuleCritic().critique(node))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CANDIDATES))
+def test_real_outcomes_are_classified(name: str, outcomes: dict[str, tuple]) -> None:
+    v, c = outcomes[name]
+    assert c.kind.startswith(CANDIDATES[name]), (v.status, v.reasons, c.kind)
+    assert c.diagnosis and c.next_steps
+
+
+def test_a_correct_kernels_critique_cites_only_what_was_measured(outcomes: dict[str, tuple]) -> None:
+    v, c = outcomes["good.cpp"]
+    assert c.kind in ("correct:memory-bound", "correct:below-roof")
+    measured = min(d["bandwidth_fraction"] for d in v.diagnostics["workloads"].values())
+    assert c.facts["bandwidth_fraction"] == measured and c.facts["speedup"] == v.speedup
+    percents = [int(x) for x in re.findall(r"(\d+)% of the measured memory bandwidth", c.text())]
+    assert percents == [round(100 * measured)]
+
+
+def test_partial_output_names_the_share_and_the_first_bad_element(outcomes: dict[str, tuple]) -> None:
+    v, c = outcomes["cheats/partial.cpp"]
+    assert "50% of elements" in c.diagnosis and str(v.diagnostics["mismatch"]["first_bad_index"]) in c.diagnosis
+
+
+def node_with(v: Verdict) -> object:
+    return SearchState("t").add(Proposal(None, "test"), v, 0)
+
+
+@pytest.mark.parametrize(
+    ("fraction", "median_s", "kind"),
+    [(0.8, 1e-3, "correct:memory-bound"), (0.3, 1e-3, "correct:below-roof"), (0.9, 5e-6, "correct:overhead-bound")],
+)
+def test_thresholds_on_measured_facts(fraction: float, median_s: float, kind: str) -> None:
+    v = Verdict("c", "faster", speedup=2.0, diagnostics={"workloads": {"w": {"bandwidth_fraction": fraction, "candidate": {"median_s": median_s}}}})
+    assert RuleCritic().critique(node_with(v)).kind == kind
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind"),
+    [
+        ("c.cpp:3:5: error: 'foo' was not declared in this scope", "compile:undeclared-identifier"),
+        ("c.cpp:1:10: fatal error: omp_extra.h: No such file or directory", "compile:missing-header"),
+        ("undefined reference to `helper(float)'", "compile:link-error"),
+        ("c.cpp:9:12: error: invalid conversion from 'void*' to 'float*'", "compile:type-error"),
+        ("c.cpp:9:12: error: something unusual", "compile:other"),
+    ],
+)
+def test_compile_error_classes(reason: str, kind: str) -> None:
+    assert RuleCritic().critique(node_with(Verdict("c", "compile_error", reasons=[reason]))).kind == kind
+
+
+def test_format_and_wrong_formula() -> None:
+    p = Proposal(None, "test", error="the reply has no fenced code block")
+    fmt = RuleCritic().critique(SearchState("t").add(p, Verdict("", "format"), 0))
+    assert fmt.kind == "format:no-code" and "no fenced code block" in fmt.diagnosis
+    m = {"fraction_wrong": 1.0, "first_bad_index": [0, 3], "got": 1.5, "expected": 0.5, "n_nan": 0}
+    wrong = RuleCritic().critique(node_with(Verdict("c", "wrong", diagnostics={"mismatch": m})))
+    assert wrong.kind == "wrong:formula" and "got 1.5, expected 0.5" in wrong.diagnosis
