@@ -83,6 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--prompt", type=int, metavar="NODE", help="print the prompt and the model's reply behind node NODE")
     show.add_argument("--json", action="store_true", help="print JSON instead of text")
     show.add_argument("--store", metavar="PATH", help="the store file (default: .maxcode/maxcode.db here or above)")
+    value = sub.add_parser(
+        "value",
+        help="the reward-to-go model: train it on the stored search trees, evaluate it, export training pairs",
+        description=(
+            "Each stored node's label is the best discounted reward on any path from it down. 'train' fits a "
+            "light model (scikit-learn) on node features and saves it under .maxcode/value/; 'eval' holds whole "
+            "trees out and compares the model's ranking with the no-model baseline; 'export' writes JSONL "
+            "prompt/answer pairs for fine-tuning a generative reward-to-go model."
+        ),
+    )
+    value.add_argument("action", choices=("train", "eval", "export"))
+    value.add_argument("--gamma", type=options.positive_float, default=0.9, metavar="G", help="discount per step, in (0, 1] (default 0.9)")
+    value.add_argument("--holdout", type=options.positive_float, default=0.3, metavar="F", help="eval: share of trees held out (default 0.3)")
+    value.add_argument("--seed", type=int, default=0, metavar="N", help="eval: seed of the tree split (default 0)")
+    value.add_argument("--out", metavar="PATH", help="export: the JSONL file (default .maxcode/value/rtg.jsonl)")
+    value.add_argument("--json", action="store_true", help="print JSON instead of text")
+    value.add_argument("--store", metavar="PATH", help="the store file (default: .maxcode/maxcode.db here or above)")
     return parser
 
 
@@ -291,6 +308,43 @@ def _list_targets(store, run: int | None, as_json: bool) -> int:
     return 0
 
 
+def cmd_value(ns: argparse.Namespace) -> int:
+    from .store import Store
+    from .value import model as vm
+
+    if ns.gamma > 1:
+        raise MaxcodeError(f"--gamma {ns.gamma}: the discount must be in (0, 1]")
+    path = _find_store(ns.store)
+    value_dir = path.parent / "value"
+    with Store(path) as store:
+        rows = vm.load_rows(store, ns.gamma)
+    if ns.action == "train":
+        saved = vm.save(vm.fit(rows), value_dir, gamma=ns.gamma, rows=rows)
+        summary = {"model": str(saved), "nodes": len(rows), "trees": len({r.tree for r in rows}), "gamma": ns.gamma}
+        print(json.dumps(summary) if ns.json else f"trained on {summary['nodes']} node(s) from {summary['trees']} tree(s): {saved}")
+        return 0
+    if ns.action == "eval":
+        result = vm.evaluate(rows, ns.holdout, ns.seed)
+        if ns.json:
+            print(json.dumps(result, indent=2))
+            return 0
+
+        def f(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
+        m, b = result["model"], result["baseline"]
+        print(f"held out {result['trees']['test']} of {sum(result['trees'].values())} tree(s), "
+              f"{result['sibling_groups']} group(s) of competing proposals")
+        print(f"model:    top-1 {f(m['top1'])}  Spearman (siblings) {f(m['spearman_siblings'])}  Spearman (all) {f(m['spearman_all'])}")
+        print(f"baseline: top-1 {f(b['top1'])}  Spearman (siblings) {f(b['spearman_siblings'])}  Spearman (all) {f(b['spearman_all'])}  ({b['name']})")
+        return 0
+    out = Path(ns.out) if ns.out else value_dir / "rtg.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    n = vm.export_jsonl(rows, out, ns.gamma)
+    print(json.dumps({"pairs": n, "path": str(out)}) if ns.json else f"wrote {n} prompt/answer pair(s) to {out}")
+    return 0
+
+
 def cmd_show(ns: argparse.Namespace) -> int:
     import sqlite3
 
@@ -453,6 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_apply(ns)
         if ns.command == "show":
             return cmd_show(ns)
+        if ns.command == "value":
+            return cmd_value(ns)
     except MaxcodeError as e:
         sys.stderr.write(f"maxcode: error: {e}\n")
         return 2
