@@ -9,7 +9,8 @@ language.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 TECHNIQUES: dict[str, re.Pattern[str]] = {
     "tiling": re.compile(r"\b(TILE\w*|BLOCK_?\w*|tile\w*)\b"),

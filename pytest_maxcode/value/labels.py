@@ -8,7 +8,8 @@ failures sit beside it.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 def reward_to_go(nodes: Iterable[Mapping[str, Any]], gamma: float = 0.9) -> dict[int, float]:

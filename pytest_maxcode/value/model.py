@@ -129,8 +129,8 @@ def evaluate(rows: list[Row], holdout: float = 0.3, seed: int = 0) -> dict[str, 
         values = [s for g in groups if (s := _spearman([score(x) for x in g], [x.label for x in g])) is not None]
         return sum(values) / len(values) if values else None
 
-    model_score = lambda x: pred[id(x)]  # noqa: E731
-    baseline_score = lambda x: -int(x.node["id"])  # noqa: E731  # the first generated proposal first
+    model_score = lambda x: pred[id(x)]
+    baseline_score = lambda x: -int(x.node["id"])  # the first generated proposal first
     return {
         "trees": {"train": len(keys) - n_test, "test": n_test},
         "nodes": {"train": len(train), "test": len(test)},
