@@ -103,6 +103,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("k", "proposals per search step (default 4)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("depth", "search steps (default: until a budget ends the search)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("width", "beam width of --maxcode-strategy=beam (default 2)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("rerank", "maxcode strategy: score its k proposals with the reward-to-go model and send the top m: none or light (the model of maxcode value train) (default none)", choices=("none", "light"), default=None, scopes=PYTEST),
+    Option("rerank_top", "how many reranked proposals go to the oracle per step (default: half of k, at least 1)", type=int, default=None, metavar="M", scopes=PYTEST),
     Option("llm_calls", "LLM requests per target (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("tokens", "LLM tokens (input + output) per target (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("cost", "US dollars of LLM use per target (default: no limit)", type=positive_float, default=None, metavar="USD", scopes=PYTEST),
@@ -139,6 +141,8 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "k": 4,
     "depth": None,
     "width": 2,
+    "rerank": "none",
+    "rerank_top": None,
     "llm_calls": None,
     "tokens": None,
     "cost": None,
@@ -159,7 +163,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "prices": None,  # {"model": {"input": USD/Mtok, "output": ..., "cache_write": ..., "cache_read": ...}}
 }
 
-POSITIVE_INTS = ("budget", "k", "depth", "width", "llm_calls", "tokens", "run_budget", "run_llm_calls", "run_tokens",
+POSITIVE_INTS = ("budget", "k", "rerank_top", "depth", "width", "llm_calls", "tokens", "run_budget", "run_llm_calls", "run_tokens",
                  "llm_concurrency", "parallel_targets", "max_tokens")
 NON_NEGATIVE_INTS = ("thinking_tokens", "llm_retries")
 

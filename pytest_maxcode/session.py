@@ -47,6 +47,14 @@ class MaxcodeSession:
         from .errors import MaxcodeError
         from .search.strategies import STRATEGIES
 
+        if self.settings.get("rerank") == "light":
+            from .value.model import MODEL_FILE
+
+            model = self.root / ".maxcode" / "value" / MODEL_FILE
+            if not model.is_file():
+                raise MaxcodeError(f"--maxcode-rerank=light: no value model at {model}; train one with maxcode value train")
+            if (name or ("maxcode" if self.llm is not None else "sweep")) != "maxcode":
+                raise MaxcodeError("--maxcode-rerank=light reranks the maxcode strategy's proposals; add --maxcode-strategy=maxcode")
         if name is None or name in STRATEGIES:
             return
         if self.config.hook.pytest_maxcode_strategy(name=name, settings=self.settings) is None:

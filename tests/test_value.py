@@ -115,3 +115,54 @@ def test_value_commands_fail_in_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "at least 2" in r.stderr
     r = maxcode("value", "train", "--gamma", "1.5", cwd=tmp_path)
     assert r.returncode == 2 and "(0, 1]" in r.stderr
+
+
+def test_reranking_sends_only_the_top_m_by_predicted_reward_to_go(tmp_path: Path) -> None:
+    from pytest_maxcode.oracle.check import CandidateSpec
+    from pytest_maxcode.oracle.verdict import Verdict
+    from pytest_maxcode.search.state import Proposal, SearchState
+    from pytest_maxcode.search.strategies.maxcode import MaxcodeStrategy
+    from pytest_maxcode.search.strategy import StrategyParams
+    from pytest_maxcode.store import Store as _Store
+    from pytest_maxcode.value import model as vm
+    from pytest_maxcode.value.scorer import LightScorer
+
+    synthetic_store(tmp_path / "maxcode.db")
+    with _Store(tmp_path / "maxcode.db") as store:
+        rows = vm.load_rows(store, 0.9)
+    vm.save(vm.fit(rows), tmp_path / "value", gamma=0.9, rows=rows)
+
+    def spec(parts: list[str]) -> CandidateSpec:
+        code = KERNEL.format(body="\n".join(PARTS[p] for p in parts))
+        return CandidateSpec(tmp_path / f"{'-'.join(parts) or 'plain'}.cpp", "native", "cpp", code)
+
+    offered = [[], ["unrolled"], ["threads", "vectorized"], ["tiling"], ["threads"], None]  # None: a reply without code
+
+    class Proposer:
+        name = "test"
+
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def propose(self, state, asks):
+            self.asked += len(asks)
+            return [Proposal(spec(parts), "test", parent=a.parent) if parts is not None else Proposal(None, "test", error="no code")
+                    for a, parts in zip(asks, offered)]
+
+    state = SearchState("t")
+    state.add(Proposal(spec([]), "test"), Verdict("p", "not_faster", speedup=1.0, candidate_s=1e-3), 0)
+    proposer = Proposer()
+    strategy = MaxcodeStrategy(rerank=LightScorer(tmp_path / "value", top=2))
+    strategy.initialize(state, proposer, StrategyParams(k=6))
+    sent = strategy.propose(10)
+    assert proposer.asked == 6 and len(sent) == 2  # k asked, only the top m sent
+    assert [p.spec.path.stem for p in sent] == ["threads-vectorized", "threads"]
+    assert len(strategy.discarded) == 4
+
+
+def test_rerank_without_a_trained_model_is_one_usage_line(tmp_path: Path) -> None:
+    (tmp_path / "lib.py").write_text("import pytest_maxcode as maxcode\n\n\n@maxcode.optimize\ndef f(x):\n    return x\n")
+    (tmp_path / "test_lib.py").write_text("from lib import f\n\n\ndef test_f():\n    assert f(1) == 1\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--maxcode", "--maxcode-rerank=light", "--maxcode-strategy=maxcode"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 4 and "maxcode value train" in r.stdout + r.stderr and "Traceback" not in r.stdout + r.stderr

@@ -169,7 +169,12 @@ def search_target(
     strategy_name = settings.get("strategy") or ("sweep" if policy_name == "builtin" else "maxcode")
     result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name)
     budget = Budget(target_limits(target, settings), run_meter)
-    strategy = _make_strategy(strategy_name, settings, hook)
+    settings = dict(settings, _value_dir=root / ".maxcode" / "value")
+    try:
+        strategy = _make_strategy(strategy_name, settings, hook)
+    except MaxcodeError as e:
+        result.error, result.stop_reason = str(e), "the search could not start"
+        return result
     builtin = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True))) if policy_name == "builtin" else None
     hint = [p.spec for p in builtin.proposals()] if builtin is not None else []
     oracle = Oracle(
@@ -221,9 +226,17 @@ def _make_strategy(name: str, settings: dict[str, Any], hook: Any) -> Strategy:
     from .strategies import make_strategy
 
     try:
-        return make_strategy(name)
+        strategy = make_strategy(name)
     except ValueError as e:
         raise MaxcodeError(f"--maxcode-strategy: {e}") from None
+    if settings.get("rerank") == "light":
+        if not hasattr(strategy, "rerank"):
+            raise MaxcodeError(f"--maxcode-rerank=light works with --maxcode-strategy=maxcode, not {name}")
+        from ..value.scorer import LightScorer
+
+        k = settings.get("k") or 4
+        strategy.rerank = LightScorer(settings["_value_dir"], settings.get("rerank_top") or max(1, k // 2))
+    return strategy
 
 
 def _make_policy(name: str, target: TargetInfo, root: Path, device: str, settings: dict[str, Any], hook: Any, llm: Any,
