@@ -44,7 +44,6 @@ class LLMService:
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._open_lock = threading.Lock()
         self._stores: list[Store] = []
         self._closed = False
         self.unpriced_models: set[str] = set()
@@ -64,10 +63,7 @@ class LLMService:
             return None
         store = getattr(self._local, "store", None)
         if store is None:
-            # one at a time: Store() migrates a fresh file, and two first opens racing on an
-            # empty database would both try to create its tables
-            with self._open_lock:
-                store = Store(self.store_path)
+            store = Store(self.store_path)  # migrations re-check the version under the write lock
             self._local.store = store
             with self._lock:
                 self._stores.append(store)

@@ -123,10 +123,23 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
+        self._enable_wal()
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+
+    def _enable_wal(self, timeout: float = 30.0) -> None:
+        """Switching a new file to WAL takes an exclusive lock and SQLite does not wait for it
+        (no busy handler), so two first opens at once (threads or processes) retry here."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self) -> None:
         if self.db.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):
@@ -292,10 +305,6 @@ class Store:
                  speedup, candidate_s, json.dumps(reasons), llm_call_id, critique, _now()),
             )
         return int(cur.lastrowid)
-
-    def set_critique(self, node_id: int, critique: str) -> None:
-        with self._tx():
-            self.db.execute("UPDATE nodes SET critique=? WHERE id=?", (critique, node_id))
 
     def nodes(self, target_id: str, run_id: int | None = None) -> list[dict[str, Any]]:
         """A target's search tree(s), oldest first; ``run_id`` None means every run."""
