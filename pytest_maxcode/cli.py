@@ -221,13 +221,12 @@ def _dump_json(value) -> None:
 
 def _node(store, node_id: int, target: str | None) -> dict:
     """Node ``node_id`` (ids are global to the store); when TARGET was given too, it must be that target's."""
-    for t in store.target_ids():
-        for n in store.nodes(t):
-            if n["id"] == node_id:
-                if target is not None and t != target:
-                    raise MaxcodeError(f"node #{node_id} belongs to {t}, not {target}")
-                return n
-    raise MaxcodeError(f"no node #{node_id} in {store.path}")
+    n = store.node(node_id)
+    if n is None:
+        raise MaxcodeError(f"no node #{node_id} in {store.path}")
+    if target is not None and n["target_id"] != target:
+        raise MaxcodeError(f"node #{node_id} belongs to {n['target_id']}, not {target}")
+    return n
 
 
 def _show_source(store, node: dict, as_json: bool) -> int:

@@ -38,12 +38,15 @@ class MaxcodeSession:
 
         # configuration problems (no key, a bad spec) stop the run here, before any test runs
         self.llm = make_service(settings, self.root, default_path(self.root))
-        self._check_strategy(settings.get("strategy"))
+        from .search.loop import search_names
+
+        self.policy_name, self.strategy_name = search_names(settings, has_llm=self.llm is not None)
+        self._check_strategy()
         for handle in list(REGISTRY.values()):
             self._maybe_attach(handle)
         ON_REGISTER.append(self._maybe_attach)
 
-    def _check_strategy(self, name: str | None) -> None:
+    def _check_strategy(self) -> None:
         from .errors import MaxcodeError
         from .search.strategies import STRATEGIES
 
@@ -53,9 +56,10 @@ class MaxcodeSession:
             model = self.root / ".maxcode" / "value" / MODEL_FILE
             if not model.is_file():
                 raise MaxcodeError(f"--maxcode-rerank=light: no value model at {model}; train one with maxcode value train")
-            if (name or ("maxcode" if self.llm is not None else "sweep")) != "maxcode":
+            if self.strategy_name != "maxcode":
                 raise MaxcodeError("--maxcode-rerank=light reranks the maxcode strategy's proposals; add --maxcode-strategy=maxcode")
-        if name is None or name in STRATEGIES:
+        name = self.strategy_name
+        if name in STRATEGIES:
             return
         if self.config.hook.pytest_maxcode_strategy(name=name, settings=self.settings) is None:
             known = ", ".join(STRATEGIES)
@@ -107,7 +111,7 @@ class MaxcodeSession:
             "machine": _machine(self.settings["device"] or "cpu"),
             "options": dict(
                 {k: self.settings[k] for k in ("budget", "time", "min_speedup", "apply")},
-                policy=self.settings["policy"] or ("llm" if self.llm is not None else "builtin"),
+                policy=self.policy_name,
                 device=self.settings["device"] or "auto",
             ),
             "targets": targets,

@@ -120,6 +120,13 @@ class HookedProposer:
         return offered + (self.inner.propose(state, asks[len(offered) :]) if len(offered) < len(asks) else [])
 
 
+def search_names(settings: dict[str, Any], *, has_llm: bool) -> tuple[str, str]:
+    """The policy and strategy a run uses: as set, else the model's with a model configured
+    (searched by ``maxcode``), else the built-in seeds (swept)."""
+    policy = settings.get("policy") or ("llm" if has_llm else "builtin")
+    return policy, settings.get("strategy") or ("sweep" if policy == "builtin" else "maxcode")
+
+
 def _native_lang(target: TargetInfo, device: str) -> str:
     if target.lang in ("cpp", "cuda"):
         return target.lang
@@ -165,8 +172,7 @@ def search_target(
             "layout": [list(_arg_class(v)) for v in data["sets"][0]],
         })
     state.workloads = workloads
-    policy_name = settings.get("policy") or ("llm" if llm is not None else "builtin")
-    strategy_name = settings.get("strategy") or ("sweep" if policy_name == "builtin" else "maxcode")
+    policy_name, strategy_name = search_names(settings, has_llm=llm is not None)
     result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name)
     budget = Budget(target_limits(target, settings), run_meter)
     settings = dict(settings, _value_dir=root / ".maxcode" / "value")
@@ -176,7 +182,7 @@ def search_target(
         result.error, result.stop_reason = str(e), "the search could not start"
         return result
     builtin = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True))) if policy_name == "builtin" else None
-    hint = [p.spec for p in builtin.proposals()] if builtin is not None else []
+    hint = [p.spec for p in builtin.pending()] if builtin is not None else []
     oracle = Oracle(
         reference, config, root, store=store, run_id=run_id, progress=progress,
         candidates_hint=[s for s in hint if s is not None],

@@ -116,13 +116,15 @@ class BuiltinPolicy:
         self.out_dir = candidates_dir(root, target.id)
         self._queue: list[Proposal] | None = None
 
-    def _materialize(self, text: str, ext: str, lang: str, fmt: str, stem: str) -> CandidateSpec:
-        return materialize(self.out_dir, text, lang, stem)
-
-    def propose(self, state: SearchState, asks: list[Ask]) -> list[Proposal]:
+    def pending(self) -> list[Proposal]:
+        """What is still to propose (seeds expanded and written once, on first use)."""
         if self._queue is None:
             self._queue = self.proposals()
-        take, self._queue = self._queue[: len(asks)], self._queue[len(asks) :]
+        return self._queue
+
+    def propose(self, state: SearchState, asks: list[Ask]) -> list[Proposal]:
+        queue = self.pending()
+        take, self._queue = queue[: len(asks)], queue[len(asks) :]
         return take
 
     def _wanted(self, lang: str) -> bool:
@@ -139,15 +141,15 @@ class BuiltinPolicy:
             for seed in sorted(seeds.iterdir()):
                 ext = seed.suffix.lower()
                 if ext in NATIVE_EXTS:
-                    lang, fmt = NATIVE_EXTS[ext], "native"
+                    lang = NATIVE_EXTS[ext]
                     if not self._wanted(lang):
                         continue
                 elif ext == ".py":
-                    lang, fmt = "py", "compat"
+                    lang = "py"
                 else:
                     continue
                 for text, params in expand(seed.read_text(), ext):
-                    spec = self._materialize(text, ext, lang, fmt, seed.stem)
+                    spec = materialize(self.out_dir, text, lang, seed.stem)
                     out.append(Proposal(spec, f"seed:{seed.name}", params))
         if self.target.kind == "function" and self.torch_compile:
             modes = ["default"] + (["max-autotune-no-cudagraphs"] if self.device == "cuda" else [])
@@ -156,6 +158,6 @@ class BuiltinPolicy:
                     mode=mode, target_id=self.target.id, module=self.target.module,
                     qualname=self.target.qualname, name=self.target.qualname.split(".")[-1],
                 )
-                spec = self._materialize(text, ".py", "py", "compat", f"compile-{mode}")
+                spec = materialize(self.out_dir, text, "py", f"compile-{mode}")
                 out.append(Proposal(spec, f"torch.compile:{mode}", {"mode": mode}))
         return out

@@ -68,9 +68,6 @@ class SearchState:
             self.baseline_s = verdict.reference_s
         return node
 
-    def children(self, node: Node | None) -> list[Node]:
-        return [n for n in self.trajectory if n.parent is node]
-
 
 def rank(node: Node) -> tuple[int, float]:
     """Faster and trustworthy first, then correct, then failures by reward tier; among the
