@@ -271,7 +271,7 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
         target_id=target.id, kind=target.kind, reference_source=reference_text(target.source_file, target.qualname),
         fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device),
         atol=target.atol, rtol=target.rtol, max_tokens=settings.get("max_tokens") or 8192,
-        temperature=settings.get("temperature", 1.0) if settings.get("temperature") is not None else 1.0,
+        temperature=1.0 if settings.get("temperature") is None else settings["temperature"],
         thinking_tokens=settings.get("thinking_tokens") or 0,
     )
     result.llm = f"{llm.client.provider}:{llm.client.model}"
