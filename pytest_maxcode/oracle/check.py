@@ -29,6 +29,9 @@ from .verdict import Verdict
 NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 GiB = 1 << 30
 CALLGRIND_SHIM = Path(__file__).parent / "remote" / "_maxcode_callgrind.cpp"
+#: bumped when the decision rule changes, so verdicts stored under the old rule are not reused;
+#: 2: a timed "faster" is confirmed by a second measurement in a fresh worker
+VERDICT_RULE = 2
 VALGRIND_SLOWDOWN = 50.0  # time limits stretch by this much when the worker runs under valgrind
 
 
@@ -54,7 +57,8 @@ class CheckConfig:
 
     def key(self) -> str:
         """What changes a verdict: evaluations under another key are not reused."""
-        parts = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "seed", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace")}
+        parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "seed", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace")}
+        parts["rule"] = VERDICT_RULE
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -351,9 +355,33 @@ class Oracle:
             v.reasons = ["a .cpp candidate runs on the CPU; check it with --device cpu"]
             return v
         self._run(cand, built, v)
+        if v.status == "faster" and self.config.timer == "time":
+            v = self._confirm(cand, built, v)
         if weak:
             v.reasons += [f"weak check: {r}" for r in weak]
         return v
+
+    def _confirm(self, cand: CandidateSpec, built: build_mod.BuildResult | None, first: Verdict) -> Verdict:
+        """Measure a "faster" candidate again in a fresh worker; the verdict is that second run's.
+
+        A false "faster" is the costly error, and its usual causes (a lucky buffer layout,
+        a burst of load on one side) belong to one process and rarely repeat in the next.
+        The first run only selects; reporting the second one's numbers also keeps the
+        winner's curse out of the speedups a search ranks and a pull request quotes.
+        """
+        again = Verdict(first.candidate, "runtime_error", hash=first.hash, format=first.format, lang=first.lang)
+        again.compile_s, again.weak_check = first.compile_s, first.weak_check
+        again.diagnostics = {k: v for k, v in first.diagnostics.items() if k == "build"}
+        self._run(cand, built, again)
+        again.eval_s = round((first.eval_s or 0.0) + (again.eval_s or 0.0), 4)
+        again.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons}
+        if again.status == "faster":
+            again.reasons = [f"{again.reasons[0]}, confirmed in a second worker (the first measured {first.reasons[0]})"]
+        elif again.status == "not_faster":
+            again.reasons = [f"{again.reasons[0]} when measured again in a fresh worker (the first run's {first.reasons[0]} did not repeat)"]
+        else:
+            again.reasons = [f"on a second run in a fresh worker: {r}" for r in again.reasons]
+        return again
 
     def _job(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> dict[str, Any]:
         c = self.config
