@@ -95,6 +95,7 @@ class Workload:
     in_bytes: int
     weak: list[str] = field(default_factory=list)
     returns: str | None = None  # in-place targets: "none" or "argN"
+    flops: int = 0  # per reference call, as torch's flop counter sees it (0: elementwise only)
 
     @property
     def out_bytes(self) -> int:
@@ -140,6 +141,7 @@ class Oracle:
         self.eval_key = config.key()
         self.workloads: list[Workload] = []
         self._bandwidth: float | None = None
+        self._flops: float | None = None
         self._slowdown = 1.0
         self._cg_dir: Path | None = None
         self._inputs_path: Path | None = None
@@ -273,7 +275,8 @@ class Oracle:
             self._run_reference(job)
             for w in torch.load(expected_path, weights_only=True):
                 returns = w.get("returns")
-                wl = Workload(w["name"], w["expected"], int(w["in_bytes"]), returns=returns and returns.split(":")[0])
+                wl = Workload(w["name"], w["expected"], int(w["in_bytes"]), returns=returns and returns.split(":")[0],
+                              flops=int(w.get("flops") or 0))
                 wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
                 if returns and returns.endswith(":unchanged"):
                     wl.weak.append("the in-place reference left its arguments unchanged on the first input set")
@@ -520,6 +523,16 @@ class Oracle:
             d["bandwidth_fraction"] = d["achieved_bytes_per_s"] / self._bandwidth
         v.diagnostics["workloads"] = wl_diag
         v.diagnostics["machine_bytes_per_s"] = self._bandwidth
+        if any(w.flops for w in self.workloads):
+            if self._flops is None:
+                self._flops = float(probe.flops(probe.cache_dir(), self.device)["flops_per_s"])
+            for w in self.workloads:
+                d = wl_diag[w.name]
+                if w.flops:
+                    d["flops_per_call"] = w.flops
+                    d["achieved_flops_per_s"] = w.flops / max(d["candidate"]["median_s"], 1e-12)
+                    d["flops_fraction"] = d["achieved_flops_per_s"] / self._flops
+            v.diagnostics["machine_flops_per_s"] = self._flops
         self._decide(v, sp)
 
     def _score_instructions(self, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> None:

@@ -1,4 +1,5 @@
-"""A STREAM-like memory-bandwidth probe, measured once per machine and cached.
+"""The machine's roofs: a STREAM-like memory-bandwidth probe and a GEMM FLOP/s probe,
+measured once per machine and cached.
 
 Achieved bytes/s of a candidate mean little alone; as a share of what this machine's
 memory can do they tell whether a kernel is already near its roof.
@@ -12,6 +13,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Callable
 
 
 def _cpu_model() -> str:
@@ -65,19 +67,47 @@ def cache_dir() -> Path:
     return Path(base) / "pytest-maxcode"
 
 
-def bandwidth(cache_dir: Path, device: str) -> dict:
-    """Measured copy bandwidth in bytes/s for ``device``, from the cache when present."""
+def _measure_flops(device: str, n: int = 2048, reps: int = 3) -> float:
+    import torch
+
+    a = torch.randn(n, n, dtype=torch.float32, device=device)
+    b = torch.randn(n, n, dtype=torch.float32, device=device)
+    best = float("inf")
+    for _ in range(reps + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def _cached(cache_dir: Path, device: str, name: str, measure: Callable[[str], float]) -> dict:
     fp = machine_fingerprint(device)
     key = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_dir / "machine" / f"{device}-{key}.json"
+    suffix = "" if name == "bytes_per_s" else f"-{name}"
+    path = cache_dir / "machine" / f"{device}-{key}{suffix}.json"
     if path.exists():
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):
             pass
-    result = {"bytes_per_s": _measure(device), "machine": fp, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    result = {name: measure(device), "machine": fp, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(path)
     return result
+
+
+def bandwidth(cache_dir: Path, device: str) -> dict:
+    """Measured copy bandwidth in bytes/s for ``device``, from the cache when present."""
+    return _cached(cache_dir, device, "bytes_per_s", _measure)
+
+
+def flops(cache_dir: Path, device: str) -> dict:
+    """Measured float32 matmul FLOP/s for ``device`` (torch's own GEMM: the compute roof a
+    candidate is held against), from the cache when present."""
+    return _cached(cache_dir, device, "flops_per_s", _measure_flops)

@@ -270,6 +270,22 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _count_flops(fn, inputs: list, device: str) -> int:
+    """FLOPs of one reference call as torch's flop counter sees them: matmuls, convolutions
+    and attention; elementwise work counts 0, so 0 means "no compute roof applies"."""
+    import torch
+
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        args = _to_device([_clone(v) for v in inputs], device)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            fn(*args)
+        return int(counter.get_total_flops())
+    except Exception:
+        return 0
+
+
 def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
     """Generate the seeded input sets and the expected outputs (kept by the parent only)."""
     import torch
@@ -306,12 +322,12 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
         in_bytes = sum(v.numel() * v.element_size() for v in cpu_sets[0] if isinstance(v, torch.Tensor))
         workloads.append({
             "name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta,
-            "in_bytes": in_bytes, "returns": returns,
+            "in_bytes": in_bytes, "returns": returns, "flops": _count_flops(fn, sets[0], device),
         })
     # Files, not the channel: the zygote loads the inputs, and only the parent the
     # expected outputs (it deletes that file before any candidate runs).
     torch.save([{k: w[k] for k in ("name", "sets", "out_meta")} for w in workloads], job["inputs_out"])
-    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns")} for w in workloads], job["expected_out"])
+    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns", "flops")} for w in workloads], job["expected_out"])
     _send_child(conn, "reference")
 
 
