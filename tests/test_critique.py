@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -98,3 +97,51 @@ def test_format_and_wrong_formula() -> None:
     m = {"fraction_wrong": 1.0, "first_bad_index": [0, 3], "got": 1.5, "expected": 0.5, "n_nan": 0}
     wrong = RuleCritic().critique(node_with(Verdict("c", "wrong", diagnostics={"mismatch": m})))
     assert wrong.kind == "wrong:formula" and "got 1.5, expected 0.5" in wrong.diagnosis
+
+
+# -- the LLM critic's reply format and the grounding check --------------------------------
+
+from pytest_maxcode.critique.grounding import unsupported_claims  # noqa: E402
+from pytest_maxcode.critique.llm import parse_critique  # noqa: E402
+
+FACTS = """- status: not_faster
+- speedup: 0.8123x (95% CI 0.79x to 0.83x)
+- w0: candidate time per call: median 41.2 us, IQR 1.3 us over 40 samples
+- w0: achieved bandwidth: 12.5 GB/s = 35.2% of the measured roof"""
+
+
+@pytest.mark.parametrize("claim", [
+    "It moves data at 35% of the roof.",          # rounded as quoted
+    "A call takes 41 us.",
+    "It is 1.2x slower than the reference.",     # the reciprocal of a measured ratio
+    "It is 19% slower.",                          # 1 - 0.8123, as a percentage
+    "It reaches 12.5 GB/s.",
+    "Use 256 threads per block and 4-wide loads.",  # plain numbers are advice, not measurements
+])
+def test_claims_that_the_facts_support_pass(claim: str) -> None:
+    assert unsupported_claims(claim, FACTS) == []
+
+
+@pytest.mark.parametrize("claim, flagged", [
+    ("It moves data at 93% of the roof.", ["93%"]),
+    ("A call takes 3 ms.", ["3 ms"]),
+    ("It is 2.5x slower.", ["2.5x"]),
+    ("The L2 hit rate is poor and occupancy is low.", ["L2 hit rate (no hardware counters were measured)", "occupancy (no hardware counters were measured)"]),
+])
+def test_claims_nothing_measured_are_flagged(claim: str, flagged: list[str]) -> None:
+    assert unsupported_claims(claim, FACTS) == flagged
+
+
+def test_counter_claims_pass_when_counters_were_measured() -> None:
+    facts = FACTS + "\n- counter achieved_occupancy: 31.5%"
+    assert unsupported_claims("Occupancy is 31.5%, low.", facts, counters=True) == []
+
+
+def test_numbers_in_the_candidate_code_count_as_given() -> None:
+    assert unsupported_claims("It loops 1000 times.", FACTS, code="for (int rep = 0; rep < 1000; ++rep)") == []
+
+
+def test_parse_critique_takes_the_diagnosis_and_the_listed_steps() -> None:
+    text = "**DIAGNOSIS:** Memory-bound:\nthree passes.\n\nNEXT:\n- fuse the passes.\n* vectorize\n2. drop the temporary\nnot a step"
+    assert parse_critique(text) == ("Memory-bound: three passes.", ["fuse the passes", "vectorize", "drop the temporary"])
+    assert parse_critique("no form at all") == ("", [])

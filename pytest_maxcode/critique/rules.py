@@ -30,14 +30,24 @@ class Critique:
     diagnosis: str
     next_steps: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)  # the measured values the text cites
+    critic: str = "rules"
+    unsupported: list[str] = field(default_factory=list)  # claims no measured fact supports
+    llm_call_id: int | None = None
 
     def text(self) -> str:
         steps = "; ".join(self.next_steps)
-        return f"[{self.kind}] {self.diagnosis}" + (f" Next: {steps}." if steps else "")
+        out = f"[{self.kind}] {self.diagnosis}" + (f" Next: {steps}." if steps else "")
+        if self.unsupported:
+            out += f" (Not measured, do not rely on: {', '.join(self.unsupported)}.)"
+        return out
 
 
 class RuleCritic:
     name = "rules"
+    label = "rules"
+
+    def critique_all(self, nodes: list[Node]) -> list[Critique]:
+        return [self.critique(n) for n in nodes]
 
     def critique(self, node: Node) -> Critique:
         v = node.verdict

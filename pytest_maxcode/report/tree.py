@@ -172,7 +172,11 @@ def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: 
     if reason:
         line.append(f"  {reason}", style="dim")
     if node.get("critique"):
-        line.append(f"\n    critique: {' '.join(str(node['critique']).split())}", style="italic")
+        critic = node.get("critic")
+        who = f" ({critic})" if critic and critic != "rules" else ""
+        line.append(f"\n    critique{who}: {' '.join(str(node['critique']).split())}", style="italic")
+    if node.get("critique_flags"):
+        line.append(f"\n    flagged: the critique cites what the oracle did not measure: {', '.join(node['critique_flags'])}", style="bold red")
     return line
 
 

@@ -80,8 +80,10 @@ class Budget:
                 return why
         return None
 
-    def room(self, *, llm: bool) -> int:
-        """How many proposals the next batch may hold (each LLM proposal is one call)."""
-        kinds = ("evaluations", "llm_calls") if llm else ("evaluations",)
-        n = min(m.left(k) for m in self._meters for k in kinds)
+    def room(self, *, calls_each: int) -> int:
+        """How many proposals the next batch may hold, each costing ``calls_each`` LLM calls
+        (its proposal, and its critique when an LLM writes it)."""
+        n = min(m.left("evaluations") for m in self._meters)
+        if calls_each:
+            n = min([n] + [m.left("llm_calls") / max(1, calls_each) for m in self._meters])
         return int(min(n, 1 << 30))

@@ -39,6 +39,7 @@ class Node:
     step: int
     id: int | None = None  # the store's row
     critique: str | None = None  # filled by a critic (issue 5)
+    critique_flags: list[str] = field(default_factory=list)  # its claims no measured fact supports
 
     @property
     def parent(self) -> Node | None:

@@ -104,7 +104,20 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX nodes_target ON nodes(target_id, run_id);
     """,
+    # 3: who wrote each critique, and the claims in it that nothing measured
+    """
+    ALTER TABLE nodes ADD COLUMN critic TEXT;
+    ALTER TABLE nodes ADD COLUMN critique_flags TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE nodes ADD COLUMN critique_call_id INTEGER REFERENCES llm_calls(id);
+    """,
 ]
+
+
+def _node_row(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    d["reasons"] = json.loads(d["reasons"])
+    d["critique_flags"] = json.loads(d["critique_flags"])
+    return d
 
 
 def default_path(root: Path) -> Path:
@@ -296,13 +309,16 @@ class Store:
     def add_node(self, *, run_id: int | None, target_id: str, parent_id: int | None, strategy: str, policy: str,
                  step: int, depth: int, origin: str, candidate_hash: str | None, status: str, reward: float,
                  speedup: float | None, candidate_s: float | None, reasons: list[str], llm_call_id: int | None,
-                 critique: str | None = None) -> int:
+                 critique: str | None = None, critic: str | None = None, critique_flags: list[str] | None = None,
+                 critique_call_id: int | None = None) -> int:
         with self._tx():
             cur = self.db.execute(
                 "INSERT INTO nodes(run_id, target_id, parent_id, strategy, policy, step, depth, origin, candidate_hash, status, "
-                "reward, speedup, candidate_s, reasons, llm_call_id, critique, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "reward, speedup, candidate_s, reasons, llm_call_id, critique, critic, critique_flags, critique_call_id, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, target_id, parent_id, strategy, policy, step, depth, origin, candidate_hash, status, reward,
-                 speedup, candidate_s, json.dumps(reasons), llm_call_id, critique, _now()),
+                 speedup, candidate_s, json.dumps(reasons), llm_call_id, critique, critic, json.dumps(critique_flags or []),
+                 critique_call_id, _now()),
             )
         return int(cur.lastrowid)
 
@@ -310,20 +326,11 @@ class Store:
         """A target's search tree(s), oldest first; ``run_id`` None means every run."""
         where, args = _where(run_id=run_id, target_id=target_id)
         rows = self.db.execute("SELECT * FROM nodes" + where + " ORDER BY id", args).fetchall()
-        out = []
-        for row in rows:
-            d = dict(row)
-            d["reasons"] = json.loads(d["reasons"])
-            out.append(d)
-        return out
+        return [_node_row(row) for row in rows]
 
     def node(self, node_id: int) -> dict[str, Any] | None:
         row = self.db.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
-        if row is None:
-            return None
-        d = dict(row)
-        d["reasons"] = json.loads(d["reasons"])
-        return d
+        return None if row is None else _node_row(row)
 
     def candidate(self, cand_hash: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT * FROM candidates WHERE hash=?", (cand_hash,)).fetchone()
