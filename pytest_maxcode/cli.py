@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import options
+from .bench.ablation import OBSERVATIONS
 from ._version import __version__
 from .errors import MaxcodeError
 
@@ -100,6 +101,27 @@ def build_parser() -> argparse.ArgumentParser:
     value.add_argument("--out", metavar="PATH", help="export: the JSONL file (default .maxcode/value/rtg.jsonl)")
     value.add_argument("--json", action="store_true", help="print JSON instead of text")
     value.add_argument("--store", metavar="PATH", help="the store file (default: .maxcode/maxcode.db here or above)")
+    ablate = sub.add_parser(
+        "ablate",
+        help="search the project's targets under each observation and rerank setting, equal budgets, several seeds",
+        description=(
+            "Run pytest --maxcode once per (observation, rerank, seed), one run after another, each with the same "
+            "evaluation budget per target, and write a table and a plot of the best verified speedup against the "
+            "budget to .maxcode/ablation/<time>/ (or --out). Arguments after -- go to pytest (test paths, -k). "
+            "Works with any model, including cassettes: --record DIR records one per run, --llm replay:DIR replays them."
+        ),
+    )
+    ablate.add_argument("--observations", default=",".join(OBSERVATIONS), metavar="LIST",
+                        help=f"comma-separated observation settings (default {','.join(OBSERVATIONS)})")
+    ablate.add_argument("--reranks", default="none", metavar="LIST", help="comma-separated rerank settings: none, light, llm (default none)")
+    ablate.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds per setting (default 3)")
+    ablate.add_argument("--budget", type=int, default=8, metavar="N", help="evaluations per target in every run (default 8)")
+    ablate.add_argument("--llm", metavar="SPEC", help="the model, as --maxcode-llm; replay:DIR replays the cassettes of --record DIR")
+    ablate.add_argument("--record", metavar="DIR", help="record each run's model replies to DIR/<run>.jsonl")
+    ablate.add_argument("--out", metavar="DIR", help="where the table, plot and run reports go (default .maxcode/ablation/<time>/)")
+    ablate.add_argument("--run-timeout", type=options.positive_float, metavar="SECONDS", help="stop a run that takes longer (default: none)")
+    ablate.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    ablate.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed to each pytest run")
     return parser
 
 
@@ -494,6 +516,27 @@ def _print_verdicts(verdicts, workloads, device: str) -> None:
                 console.print(f"  {r}", highlight=False, markup=False)
 
 
+def cmd_ablate(ns: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .bench.ablation import ablate, markdown_table
+
+    root = Path.cwd()
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    console = Console(stderr=True)
+    summary = ablate(
+        root, observations=split(ns.observations), reranks=split(ns.reranks), seeds=ns.seeds, budget=ns.budget,
+        llm=ns.llm, record=Path(ns.record) if ns.record else None, out_dir=Path(ns.out) if ns.out else None,
+        pytest_args=ns.pytest_args, timeout=ns.run_timeout, progress=lambda m: console.print(m, highlight=False),
+    )
+    if ns.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(markdown_table(summary["rows"], summary["budget"]), end="")
+        print(f"table, plot (curves.svg) and run reports: {summary['out_dir']}")
+    return 0 if all("best_speedup" in r for r in summary["rows"]) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
@@ -508,6 +551,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_show(ns)
         if ns.command == "value":
             return cmd_value(ns)
+        if ns.command == "ablate":
+            return cmd_ablate(ns)
     except MaxcodeError as e:
         sys.stderr.write(f"maxcode: error: {e}\n")
         return 2

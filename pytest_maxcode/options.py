@@ -97,13 +97,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("policy", "where candidates come from: 'llm' (the model of --maxcode-llm) or 'builtin' (torch.compile variants and seeds under maxcode_kernels/seeds/); plugins add more (default: llm when a model is configured, else builtin)", default=None, metavar="NAME", scopes=PYTEST),
     Option("llm", "the model: anthropic[:MODEL[@URL]], openai:MODEL[@URL] (vLLM, Ollama, llama.cpp, OpenAI), replay:CASSETTE.jsonl (default: anthropic when ANTHROPIC_API_KEY is set)", default=None, metavar="SPEC", scopes=PYTEST),
     Option("record", "record every LLM request and reply of this run to a cassette (replay it with --maxcode-llm=replay:PATH)", default=None, metavar="PATH", scopes=PYTEST),
-    Option("strategy", "search method: sweep, best-of-n, refine, effi, maxcode, beam; plugins add more (default: maxcode with an LLM, sweep without)", default=None, metavar="NAME", scopes=PYTEST),
+    Option("strategy", "search method: sweep, best-of-n, refine, effi, maxcode, beam, qd (quality-diversity, staged by [tool.maxcode.qd]); plugins add more (default: maxcode with an LLM, sweep without)", default=None, metavar="NAME", scopes=PYTEST),
     Option("observation", "what of the search the prompt shows: feedback, trajectory, best, critique, joined with + (default trajectory+best)", default=None, metavar="PARTS", scopes=PYTEST),
     Option("format", "what the LLM writes: native (.cpp/.cu maxcode_run, default) or compat (a Python file)", choices=("native", "compat"), default=None, scopes=PYTEST),
     Option("k", "proposals per search step (default 4)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("depth", "search steps (default: until a budget ends the search)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("width", "beam width of --maxcode-strategy=beam (default 2)", type=int, default=None, metavar="N", scopes=PYTEST),
-    Option("rerank", "maxcode strategy: score its k proposals with the reward-to-go model and send the top m: none or light (the model of maxcode value train) (default none)", choices=("none", "light"), default=None, scopes=PYTEST),
+    Option("rerank", "maxcode strategy: score its k proposals by predicted reward-to-go and send the top m: none, light (the model of maxcode value train) or llm (a generative scorer, --maxcode-rerank-llm) (default none)", choices=("none", "light", "llm"), default=None, scopes=PYTEST),
+    Option("rerank_llm", "the scorer of --maxcode-rerank=llm, spelled like --maxcode-llm: typically openai:MODEL@URL, a model tuned on maxcode value export (default: the proposer's model)", default=None, metavar="SPEC", scopes=PYTEST),
     Option("rerank_top", "how many reranked proposals go to the oracle per step (default: half of k, at least 1)", type=int, default=None, metavar="M", scopes=PYTEST),
     Option("llm_calls", "LLM requests per target (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("tokens", "LLM tokens (input + output) per target (default: no limit)", type=int, default=None, metavar="N", scopes=PYTEST),
@@ -117,6 +118,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("llm_timeout", "seconds one LLM request may take (default 600)", type=positive_float, default=None, metavar="SECONDS", scopes=PYTEST),
     Option("llm_retries", "retries of a rate-limited (429) or failed (5xx) LLM request, by the SDK with backoff (default 2)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("thinking_tokens", "extended-thinking budget per request, Anthropic models (default 0: off)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("search_seed", "seed of the search: runs with different seeds ask the model for different samples (distinct cache keys) and draw qd parents differently (default 0)", type=int, default=None, metavar="N", scopes=PYTEST),
+    Option("critic", "who critiques each evaluated candidate: rules (no LLM, the default), llm (the proposer's model), or a model of its own, spelled like --maxcode-llm (e.g. anthropic:claude-opus-4-1)", default=None, metavar="CRITIC", scopes=PYTEST),
+    Option("critic_thinking_tokens", "extended-thinking budget of the LLM critic's requests (default 0: off)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("parallel_targets", "targets searched at once: their LLM requests overlap, oracle work takes turns (default 1)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("json_path", "also write the JSON report here (it always lands in .maxcode/reports/)", metavar="PATH", spelled="json", scopes=PYTEST),
     Option("apply", "write each verified best kernel to maxcode_kernels/ and maxcode.lock", action="store_true", default=None, scopes=PYTEST),
@@ -143,6 +147,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "width": 2,
     "rerank": "none",
     "rerank_top": None,
+    "rerank_llm": None,
     "llm_calls": None,
     "tokens": None,
     "cost": None,
@@ -154,6 +159,9 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "llm_concurrency": 4,
     "llm_timeout": 600.0,
     "thinking_tokens": 0,
+    "search_seed": 0,
+    "critic": "rules",
+    "critic_thinking_tokens": 0,
     "parallel_targets": 1,
     # [tool.maxcode] only
     "llm_retries": 2,
@@ -161,11 +169,12 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "max_tokens": 8192,
     "temperature": 1.0,
     "prices": None,  # {"model": {"input": USD/Mtok, "output": ..., "cache_write": ..., "cache_read": ...}}
+    "qd": None,  # the qd strategy's staged schedule: {stages = [...], targets = {GLOB = {stages = [...]}}}
 }
 
 POSITIVE_INTS = ("budget", "k", "rerank_top", "depth", "width", "llm_calls", "tokens", "run_budget", "run_llm_calls", "run_tokens",
                  "llm_concurrency", "parallel_targets", "max_tokens")
-NON_NEGATIVE_INTS = ("thinking_tokens", "llm_retries")
+NON_NEGATIVE_INTS = ("thinking_tokens", "critic_thinking_tokens", "llm_retries", "search_seed")
 
 
 def for_scope(scope: str) -> list[Option]:
@@ -210,6 +219,10 @@ def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]
             raise ValueError(f"{key.replace('_', '-')} must be a number greater than 0, not {v!r}")
     if out["prices"] is not None and not isinstance(out["prices"], dict):
         raise ValueError("prices must be a table: [tool.maxcode.prices] MODEL = {input = USD_PER_MTOK, output = ...}")
+    if out["qd"] is not None:
+        from .search.strategies.qd import parse_stages
+
+        parse_stages(out["qd"])
     if out["observation"] is not None:
         from .search.observation import parse_observation
 

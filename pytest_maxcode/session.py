@@ -33,11 +33,13 @@ class MaxcodeSession:
         self.report_paths: dict[str, Path] = {}
         self._say_lock = threading.Lock()
         self._oracle_lock = threading.Lock()
-        from .llm import make_service
+        from .llm import make_critic_service, make_scorer_service, make_service
         from .store import default_path
 
         # configuration problems (no key, a bad spec) stop the run here, before any test runs
         self.llm = make_service(settings, self.root, default_path(self.root))
+        self.critic_llm = make_critic_service(settings, self.root, default_path(self.root), self.llm)
+        self.scorer_llm = make_scorer_service(settings, self.root, default_path(self.root), self.llm)
         from .search.loop import search_names
 
         self.policy_name, self.strategy_name = search_names(settings, has_llm=self.llm is not None)
@@ -50,6 +52,8 @@ class MaxcodeSession:
         from .errors import MaxcodeError
         from .search.strategies import STRATEGIES
 
+        if self.settings.get("rerank") == "llm" and self.strategy_name != "maxcode":
+            raise MaxcodeError("--maxcode-rerank=llm reranks the maxcode strategy's proposals; add --maxcode-strategy=maxcode")
         if self.settings.get("rerank") == "light":
             from .value.model import MODEL_FILE
 
@@ -152,10 +156,10 @@ class MaxcodeSession:
             with ThreadPoolExecutor(max_workers=max(1, min(self.settings["parallel_targets"] or 1, len(items) or 1))) as pool:
                 out = list(pool.map(one, items))
         finally:
-            if self.llm is not None:
-                for model in sorted(self.llm.unpriced_models):
+            for service in {id(s): s for s in (self.llm, self.critic_llm, self.scorer_llm) if s is not None}.values():
+                for model in sorted(service.unpriced_models):
                     self._say(f"no price is known for {model}: its calls count as $0 and --maxcode-cost cannot stop them; set [tool.maxcode.prices]")
-                self.llm.close()
+                service.close()
             with Store(path) as store:
                 store.finish_run(run_id)
         return out
@@ -185,7 +189,8 @@ class MaxcodeSession:
         self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
         result = search_target(
             info, captured, self.root, self.settings, store=store, run_id=run_id, progress=self._say,
-            hook=self.config.hook, llm=self.llm, run_meter=run_meter, oracle_lock=self._oracle_lock,
+            hook=self.config.hook, llm=self.llm, run_meter=run_meter, oracle_lock=self._oracle_lock, critic_llm=self.critic_llm,
+            scorer_llm=self.scorer_llm,
         )
         entry = _target_report(result, cap, self.root, store)
         if entry["status"] == "faster":
@@ -271,10 +276,11 @@ def _target_report(result: Any, cap: TargetCapture, root: Path, store: Any = Non
             "resumed": bool(v.diagnostics.get("resumed")),
             "node": node.id, "parent": node.parent.index + 1 if node.parent is not None else None,
             "depth": node.depth, "step": node.step, "reward": node.reward, "strategy": result.strategy,
+            "critique": node.critique, "critique_flags": list(node.critique_flags),
         })
     entry["search"] = {
         "strategy": result.strategy, "policy": result.policy, "llm": result.llm, "observation": result.observation,
-        "stop_reason": result.stop_reason, "llm_calls": result.llm_calls, "tokens": result.tokens,
+        "critic": result.critic, "stop_reason": result.stop_reason, "llm_calls": result.llm_calls, "tokens": result.tokens,
         "cost_usd": round(result.cost_usd, 6), "evaluations": len(state.trajectory),
         "curves": curves_by_strategy(store.nodes(result.target.id)) if store is not None else {},
     }

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from llm_fakes import FAKE_KEY, FakeLLMServer
-from test_search_llm import BROKEN, GOOD, WRONG, scripted_model
+from test_search_llm import GOOD, WRONG, scripted_model
 
 from pytest_maxcode.llm.cassette import read_cassette
 from pytest_maxcode.report import validate

@@ -20,7 +20,7 @@ from llm_fakes import code_reply
 
 from conftest import DATA
 from pytest_maxcode import options
-from pytest_maxcode.llm import make_service
+from pytest_maxcode.llm import make_critic_service, make_scorer_service, make_service
 from pytest_maxcode.search.loop import search_target
 from pytest_maxcode.search.policy import TargetInfo
 from pytest_maxcode.store import Store
@@ -90,15 +90,17 @@ def run_search(root: Path, store: Store, llm_spec: str | None, **overrides: Any)
     settings.update(overrides)
     target = TargetInfo("lib.chain", "lib", "chain", root / "lib.py", "function", "cpp")
     service = make_service(settings, root, store.path)
+    critic = make_critic_service(settings, root, store.path, service)
+    scorer = make_scorer_service(settings, root, store.path, service)
     run_id = store.begin_run("test", "0")
     try:
         return search_target(
             target, sorted((root / ".maxcode" / "inputs" / "lib.chain").glob("*.pt")), root, settings,
-            store=store, run_id=run_id, progress=lambda m: None, llm=service,
+            store=store, run_id=run_id, progress=lambda m: None, llm=service, critic_llm=critic, scorer_llm=scorer,
         )
     finally:
-        if service is not None:
-            service.close()
+        for s in {id(s): s for s in (service, critic, scorer) if s is not None}.values():
+            s.close()
 
 
 def tree(store: Store) -> list[dict[str, Any]]:

@@ -146,7 +146,7 @@ def t(node: Node) -> float:
 
 
 def test_registry_and_make_strategy():
-    assert set(STRATEGIES) == {"sweep", "best-of-n", "refine", "effi", "maxcode", "beam"}
+    assert set(STRATEGIES) == {"sweep", "best-of-n", "refine", "effi", "maxcode", "beam", "qd"}
     for name in STRATEGIES:
         s = make_strategy(name)
         assert s.name == name

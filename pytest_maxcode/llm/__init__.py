@@ -9,6 +9,8 @@ from .config import (
     DEFAULT_ANTHROPIC_MODEL,
     LLMSpec,
     make_client,
+    make_critic_service,
+    make_scorer_service,
     make_service,
     parse_llm_spec,
 )
@@ -28,6 +30,8 @@ __all__ = [
     "Prices",
     "is_scripted_model",
     "make_client",
+    "make_critic_service",
+    "make_scorer_service",
     "make_service",
     "parse_llm_spec",
 ]

@@ -48,14 +48,14 @@ class LLMSpec:
         return f"{self.provider}:{self.model}" + (f"@{self.base_url}" if self.base_url else "")
 
 
-def parse_llm_spec(spec: str | None) -> LLMSpec | None:
+def parse_llm_spec(spec: str | None, *, flag: str = "--maxcode-llm", forms: str = FORMS) -> LLMSpec | None:
     """``None`` or blank -> None (the caller picks the default); a bad spec -> one-line MaxcodeError."""
     if spec is None or not str(spec).strip():
         return None
     text = str(spec).strip()
 
     def bad(why: str) -> MaxcodeError:
-        return MaxcodeError(f"--maxcode-llm={text!r}: {why}; use one of: {FORMS}")
+        return MaxcodeError(f"{flag}={text!r}: {why}; use one of: {forms}")
 
     provider, sep, rest = text.partition(":")
     provider = provider.strip().lower()
@@ -149,3 +149,48 @@ def make_service(settings: Mapping[str, Any], root: Path, store_path: Path | Non
     client = make_client(spec, root=root, timeout=timeout, retries=retries)
     return LLMService(client, store_path=store_path, prices=prices, concurrency=concurrency, cache=cache,
                       record=record_path)
+
+
+def make_critic_service(settings: Mapping[str, Any], root: Path, store_path: Path | None,
+                        proposer: LLMService | None) -> LLMService | None:
+    """The critic's model (``--maxcode-critic``): None for the rule critic, the proposer's own
+    service for ``llm``, or a service of its own for a spec (often a stronger model)."""
+    critic = settings.get("critic")
+    if critic in (None, "", "rules"):
+        return None
+    if critic == "llm":
+        if proposer is None:
+            raise MaxcodeError("--maxcode-critic=llm uses the proposer's model, and there is none: set --maxcode-llm "
+                               "(or ANTHROPIC_API_KEY), or name the critic's model: --maxcode-critic=anthropic:MODEL")
+        return proposer
+    forms = "rules, llm (the proposer's model), anthropic[:MODEL[@URL]], openai:MODEL[@URL], replay:PATH"
+    return _own_service(settings, critic, "--maxcode-critic", forms, "critic", root, store_path)
+
+
+def make_scorer_service(settings: Mapping[str, Any], root: Path, store_path: Path | None,
+                        proposer: LLMService | None) -> LLMService | None:
+    """The generative reward-to-go model of ``--maxcode-rerank=llm``: ``--maxcode-rerank-llm``
+    (typically ``openai:MODEL@URL``, a fine-tuned model on vLLM), else the proposer's model."""
+    if settings.get("rerank") != "llm":
+        return None
+    spec = settings.get("rerank_llm")
+    if not spec:
+        if proposer is None:
+            raise MaxcodeError("--maxcode-rerank=llm needs a scoring model: set --maxcode-rerank-llm=openai:MODEL@URL "
+                               "(or --maxcode-llm, whose model then scores too)")
+        return proposer
+    return _own_service(settings, spec, "--maxcode-rerank-llm", FORMS, "scorer", root, store_path)
+
+
+def _own_service(settings: Mapping[str, Any], spec_text: str, flag: str, forms: str, role: str, root: Path,
+                 store_path: Path | None) -> LLMService:
+    """A model of its own for one role. When the run records, it records to the cassette's
+    name with ``.ROLE`` before the suffix, so each cassette replays one model."""
+    spec = parse_llm_spec(spec_text, flag=flag, forms=forms)
+    if spec is None or spec.provider == "none":
+        raise MaxcodeError(f"{flag}={spec_text!r}: use one of: {forms}")
+    record = settings.get("record")
+    if record:
+        path = Path(record)
+        record = str(path.with_name(f"{path.stem}.{role}{path.suffix or '.jsonl'}"))
+    return make_service(dict(settings, llm=spec_text, record=record), root, store_path)

@@ -21,6 +21,9 @@ from .state import Proposal, SearchState
 from .strategy import Ask
 
 
+SAMPLES_PER_SEED = 10_000
+
+
 class LLMPolicy:
     name = "llm"
 
@@ -34,6 +37,7 @@ class LLMPolicy:
         budget: Budget,
         run_id: int | None,
         concurrency: int = 4,
+        seed: int = 0,
     ) -> None:
         self.service = service
         self.ctx = ctx
@@ -42,17 +46,19 @@ class LLMPolicy:
         self.budget = budget
         self.run_id = run_id
         self.concurrency = max(1, concurrency)
+        self.seed = seed
         self.origin = f"{service.client.provider}:{service.client.model}"
-        self.samples: dict[tuple[int | None, str, tuple[str, ...]], int] = {}
+        self.samples: dict[tuple[Any, ...], int] = {}
         self.unavailable: str | None = None
         self.wait_s = 0.0  # wall time spent waiting for replies (the benchmark's "not overhead")
         self._lock = threading.Lock()
 
-    def _sample(self, key: tuple[int | None, str, tuple[str, ...]]) -> int:
+    def _sample(self, key: tuple[Any, ...]) -> int:
         with self._lock:
             n = self.samples.get(key, 0)
             self.samples[key] = n + 1
-            return n
+            # each seed draws from its own range of samples: other replies, other cache keys
+            return n + SAMPLES_PER_SEED * self.seed
 
     def propose(self, state: SearchState, asks: list[Ask]) -> list[Proposal]:
         if self.unavailable or not asks:
@@ -63,8 +69,8 @@ class LLMPolicy:
             mode = ask.mode if ask.parent is not None else "initial"
             # the sample number is part of the request's key: asks that would repeat a prompt
             # get fresh replies, and a rerun of the same search meets the same keys (cache)
-            sample = self._sample((ask.parent.index if ask.parent else None, mode, parts))
-            request = build_request(self.ctx, state, ask.parent, mode, parts, sample)
+            sample = self._sample((ask.parent.index if ask.parent else None, mode, parts, ask.permitted))
+            request = build_request(self.ctx, state, ask.parent, mode, parts, sample, ask.permitted)
             jobs.append((ask, mode, request))
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:

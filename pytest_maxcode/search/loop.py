@@ -44,6 +44,7 @@ class SearchResult:
     policy: str = ""
     llm: str | None = None
     observation: str | None = None
+    critic: str = "rules"
     llm_calls: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
@@ -146,6 +147,8 @@ def search_target(
     llm: Any = None,
     run_meter: Meter | None = None,
     oracle_lock: Any = None,
+    critic_llm: Any = None,
+    scorer_llm: Any = None,
 ) -> SearchResult:
     start = time.monotonic()
     reference_norm = normalized_source_in_file(target.source_file, target.qualname) or ""
@@ -177,7 +180,7 @@ def search_target(
     budget = Budget(target_limits(target, settings), run_meter)
     settings = dict(settings, _value_dir=root / ".maxcode" / "value")
     try:
-        strategy = _make_strategy(strategy_name, settings, hook)
+        strategy = _make_strategy(strategy_name, settings, hook, scorer_llm=scorer_llm, target_id=target.id, budget=budget, run_id=run_id)
     except MaxcodeError as e:
         result.error, result.stop_reason = str(e), "the search could not start"
         return result
@@ -205,7 +208,11 @@ def search_target(
             if hook is not None:
                 policy = HookedProposer(hook, policy, target, candidates_dir(root, target.id), _native_lang(target, device))
             strategy.initialize(state, policy, StrategyParams(k=settings.get("k") or 4, depth=settings.get("depth"), width=settings.get("width") or 2))
-            result.stop_reason = _run(strategy, policy, state, oracle, budget, store, run_id, target, hook, lock, progress, result, llm is not None and builtin is None)
+            critic = _make_critic(critic_llm, target, "py" if settings.get("format") == "compat" else _native_lang(target, device),
+                                  settings, budget, run_id)
+            result.critic = critic.label
+            result.stop_reason = _run(strategy, policy, state, oracle, budget, store, run_id, target, hook, lock, progress, result,
+                                      llm is not None and builtin is None, critic)
         finally:
             oracle.close()
     except MaxcodeError as e:
@@ -224,7 +231,8 @@ def search_target(
     return result
 
 
-def _make_strategy(name: str, settings: dict[str, Any], hook: Any) -> Strategy:
+def _make_strategy(name: str, settings: dict[str, Any], hook: Any, *, scorer_llm: Any = None, target_id: str = "",
+                   budget: Budget | None = None, run_id: int | None = None) -> Strategy:
     if hook is not None:
         found = hook.pytest_maxcode_strategy(name=name, settings=settings)
         if found is not None:
@@ -235,14 +243,42 @@ def _make_strategy(name: str, settings: dict[str, Any], hook: Any) -> Strategy:
         strategy = make_strategy(name)
     except ValueError as e:
         raise MaxcodeError(f"--maxcode-strategy: {e}") from None
-    if settings.get("rerank") == "light":
-        if not hasattr(strategy, "rerank"):
-            raise MaxcodeError(f"--maxcode-rerank=light works with --maxcode-strategy=maxcode, not {name}")
-        from ..value.scorer import LightScorer
+    if strategy.name == "qd":
+        from .strategies.qd import parse_stages
 
-        k = settings.get("k") or 4
-        strategy.rerank = LightScorer(settings["_value_dir"], settings.get("rerank_top") or max(1, k // 2))
+        try:
+            strategy.stages = parse_stages(settings.get("qd"), target_id)
+            strategy.seed = settings.get("search_seed") or 0
+        except ValueError as e:
+            raise MaxcodeError(str(e)) from None
+    rerank = settings.get("rerank") or "none"
+    if rerank != "none":
+        if not hasattr(strategy, "rerank"):
+            raise MaxcodeError(f"--maxcode-rerank={rerank} works with --maxcode-strategy=maxcode, not {name}")
+        from ..value.scorer import LightScorer, LLMScorer
+
+        top = settings.get("rerank_top") or max(1, (settings.get("k") or 4) // 2)
+        if rerank == "light":
+            strategy.rerank = LightScorer(settings["_value_dir"], top)
+        elif scorer_llm is None:
+            raise MaxcodeError("--maxcode-rerank=llm needs a scoring model: set --maxcode-rerank-llm=openai:MODEL@URL")
+        else:
+            strategy.rerank = LLMScorer(scorer_llm, top, target_id=target_id, budget=budget, run_id=run_id,
+                                        concurrency=settings.get("llm_concurrency") or 4)
     return strategy
+
+
+def _make_critic(service: Any, target: TargetInfo, lang: str, settings: dict[str, Any], budget: Budget, run_id: int | None) -> Any:
+    """The rule critic, or an LLM critic when a critic model is configured (--maxcode-critic)."""
+    from ..critique import LLMCritic, RuleCritic
+
+    if service is None:
+        return RuleCritic()
+    from .prompts import reference_text
+
+    return LLMCritic(service, reference=reference_text(target.source_file, target.qualname), lang=lang, run_id=run_id,
+                     target_id=target.id, budget=budget, thinking_tokens=settings.get("critic_thinking_tokens") or 0,
+                     concurrency=settings.get("llm_concurrency") or 4)
 
 
 def _make_policy(name: str, target: TargetInfo, root: Path, device: str, settings: dict[str, Any], hook: Any, llm: Any,
@@ -277,7 +313,7 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
     result.llm = f"{llm.client.provider}:{llm.client.model}"
     result.observation = "+".join(parts)
     return LLMPolicy(llm, ctx, candidates_dir(root, target.id), observation=parts, budget=budget, run_id=run_id,
-                     concurrency=settings.get("llm_concurrency") or 4)
+                     concurrency=settings.get("llm_concurrency") or 4, seed=settings.get("search_seed") or 0)
 
 
 def describe_device(device: str) -> dict[str, Any]:
@@ -306,26 +342,25 @@ def _format_verdict(p: Proposal) -> Verdict:
 
 
 def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracle, budget: Budget, store: Any, run_id: int | None,
-         target: TargetInfo, hook: Any, lock: Any, progress: Callable[[str], None], result: SearchResult, uses_llm: bool) -> str:
-    from ..critique import RuleCritic
-
-    critic = RuleCritic()
+         target: TargetInfo, hook: Any, lock: Any, progress: Callable[[str], None], result: SearchResult, uses_llm: bool,
+         critic: Any) -> str:
     step = 0
     while True:
         why = budget.exhausted() or _unavailable(policy) or strategy.should_stop()
         if why:
             return why
-        room = budget.room(llm=uses_llm)
+        # an LLM critic spends one call per evaluated proposal, on top of the proposal's own
+        room = budget.room(calls_each=int(uses_llm) + int(critic.name == "llm"))
         if room <= 0:
             return budget.exhausted() or "the budget is spent"
         batch = strategy.propose(room)[:room]
         if not batch:
             return _unavailable(policy) or strategy.should_stop() or "the policy has no more candidates"
         verdicts = _evaluate(batch, oracle, store, target, lock, progress, result)
-        nodes = []
-        for p, v in zip(batch, verdicts):
-            node = state.add(p, v, step)
-            node.critique = critic.critique(node).text()
+        nodes = [state.add(p, v, step) for p, v in zip(batch, verdicts)]
+        for node, c in zip(nodes, critic.critique_all(nodes)):
+            node.critique, node.critique_flags = c.text(), list(c.unsupported)
+            p, v = node.proposal, node.verdict
             if store is not None:
                 if p.spec is not None:
                     store.add_candidate(p.spec.hash, p.spec.format, p.spec.lang, p.spec.text, origin=p.origin)
@@ -334,11 +369,10 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
                     strategy=strategy.name, policy=policy.name, step=step, depth=node.depth, origin=p.origin,
                     candidate_hash=p.spec.hash if p.spec else None, status=v.status, reward=node.reward,
                     speedup=v.speedup, candidate_s=v.candidate_s, reasons=(v.reasons or [])[:3], llm_call_id=p.llm_call_id,
-                    critique=node.critique,
+                    critique=node.critique, critic=c.critic, critique_flags=c.unsupported, critique_call_id=c.llm_call_id,
                 )
             if hook is not None:
                 hook.pytest_maxcode_evaluation(target=target, node=node)
-            nodes.append(node)
         budget.charge(evaluations=len(batch))
         strategy.update(nodes)
         step += 1

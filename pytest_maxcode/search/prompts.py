@@ -131,7 +131,20 @@ INSTRUCTIONS = {
 }
 
 
-def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...]) -> str:
+def permitted_block(permitted: tuple[str, ...]) -> str:
+    """What a stage of a staged schedule allows, and what it does not."""
+    from .techniques import DESCRIPTIONS, LOOP, NAMES
+
+    allowed = [LOOP] + [t for t in NAMES if t in permitted and t != LOOP]
+    barred = [t for t in NAMES if t not in allowed]
+    lines = ["## Techniques permitted in this stage", "Use only:"] + [f"- {t}: {DESCRIPTIONS[t]}" for t in allowed]
+    if barred:
+        lines += ["Not permitted now (a candidate that uses one is not evaluated):"] + [f"- {t}: {DESCRIPTIONS[t]}" for t in barred]
+    return "\n".join(lines)
+
+
+def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...],
+                 permitted: tuple[str, ...] | None = None) -> str:
     obs = build_observation(state, parts, parent)
     blocks = []
     if state.baseline_s:
@@ -147,14 +160,17 @@ def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mo
         lang = parent.proposal.spec.lang if parent.proposal.spec else ctx.lang
         code = fence(parent.code, lang) if parent.code is not None else "(it had no code)"
         blocks.append(f"## Candidate #{parent.index}\n{code}")
+    if permitted is not None:
+        blocks.append(permitted_block(permitted))
     blocks.append("## Your task now\n" + instruction)
     return "\n\n".join(blocks)
 
 
-def build_request(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...], sample: int) -> LLMRequest:
+def build_request(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...], sample: int,
+                  permitted: tuple[str, ...] | None = None) -> LLMRequest:
     return LLMRequest(
         system=ctx.system(),
-        messages=(Message("user", user_message(ctx, state, parent, mode, parts)),),
+        messages=(Message("user", user_message(ctx, state, parent, mode, parts, permitted)),),
         max_tokens=ctx.max_tokens,
         temperature=ctx.temperature,
         thinking_tokens=ctx.thinking_tokens,

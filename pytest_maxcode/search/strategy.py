@@ -23,6 +23,7 @@ class Ask:
     parent: Node | None = None  # None: start from the reference
     mode: str = "initial"  # "initial" | "improve" | "fix"
     observation: str | None = None  # override the run's observation setting, e.g. "feedback"
+    permitted: tuple[str, ...] | None = None  # techniques a staged schedule allows now; None: any
 
 
 class Proposer(Protocol):

@@ -12,14 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-TECHNIQUES: dict[str, re.Pattern[str]] = {
-    "tiling": re.compile(r"\b(TILE\w*|BLOCK_?\w*|tile\w*)\b"),
-    "shared_memory": re.compile(r"__shared__"),
-    "vectorized": re.compile(r"\bfloat4\b|\bhalf2\b|__m256|__m512|_mm\d*_\w+|#pragma\s+omp\s+simd|\bvec\w*\b"),
-    "unrolled": re.compile(r"#pragma\s+(GCC\s+)?unroll|\bUNROLL\b"),
-    "threads": re.compile(r"#pragma\s+omp\s+parallel|blockIdx|threadIdx|std::thread"),
-    "reduction": re.compile(r"__shfl\w*|reduction\s*\(|atomicAdd"),
-}
+from ..search.techniques import PATTERNS
+
+TECHNIQUES = PATTERNS  # names are the features' names: saved models depend on them
 CRITIQUE_CLASSES = ("format", "compile", "runtime", "rejected", "wrong", "correct")
 LANGS = ("cpp", "cuda", "py")
 

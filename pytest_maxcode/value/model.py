@@ -149,6 +149,20 @@ def evaluate(rows: list[Row], holdout: float = 0.3, seed: int = 0) -> dict[str, 
     }
 
 
+def reward_prompt(target_id: str, depth: int, parent: dict[str, Any] | None, lang: str, code: str, gamma: float) -> str:
+    """One node as a generative reward-to-go model sees it: in the exported training pairs and
+    in the questions ``--maxcode-rerank=llm`` asks, so a model tuned on one answers the other."""
+    context = (
+        f"Parent: {parent['status']}, reward {parent['reward']:.3g}" + (f"; critique: {parent['critique']}" if parent.get("critique") else "")
+        if parent else "Parent: the reference (a first attempt)"
+    )
+    return (
+        f"Target {target_id}, depth {depth}. {context}\n"
+        f"Predict the best speedup reachable from this {lang} candidate and its refinements "
+        f"(discount {gamma} per step; failures score below 0).\n```{lang}\n{code.rstrip()}\n```"
+    )
+
+
 def export_jsonl(rows: list[Row], out: Path, gamma: float) -> int:
     """Prompt/answer pairs for fine-tuning a generative reward-to-go model."""
     n = 0
@@ -157,16 +171,7 @@ def export_jsonl(rows: list[Row], out: Path, gamma: float) -> int:
         for r in rows:
             if r.code is None:
                 continue
-            parent = r.parent
-            context = (
-                f"Parent: {parent['status']}, reward {parent['reward']:.3g}" + (f"; critique: {parent['critique']}" if parent.get("critique") else "")
-                if parent else "Parent: the reference (a first attempt)"
-            )
-            prompt = (
-                f"Target {r.node['target_id']}, depth {r.node.get('depth', 0)}. {context}\n"
-                f"Predict the best speedup reachable from this {r.lang} candidate and its refinements "
-                f"(discount {gamma} per step; failures score below 0).\n```{r.lang}\n{r.code.rstrip()}\n```"
-            )
+            prompt = reward_prompt(r.node["target_id"], r.node.get("depth", 0), r.parent, r.lang or "", r.code, gamma)
             f.write(json.dumps({"prompt": prompt, "answer": f"{r.label:.4g}", "label": r.label, "node": r.node["id"],
                                 "target": r.node["target_id"], "run": r.node.get("run_id")}) + "\n")
             n += 1

@@ -1,17 +1,44 @@
-"""Scoring proposals with the trained reward-to-go model, so the ``maxcode`` strategy sends
-only the top m of its k proposals to the oracle (``--maxcode-rerank=light``)."""
+"""Scoring proposals by predicted reward-to-go, so the ``maxcode`` strategy sends only the
+top m of its k proposals to the oracle: ``--maxcode-rerank=light`` (the trained light model)
+or ``--maxcode-rerank=llm`` (a generative model, e.g. one fine-tuned on ``maxcode value
+export`` and served behind an OpenAI-compatible endpoint)."""
 
 from __future__ import annotations
 
+import math
+import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ..search.state import Proposal
 from .features import node_features
-from .model import MODEL_FILE, load
+from .model import MODEL_FILE, load, reward_prompt
 
 
-class LightScorer:
+class TopM:
+    """The top m by score; replies without code never make the cut."""
+
+    name = "top-m"
+    top = 1
+
+    def scores(self, proposals: list[Proposal]) -> list[float]:
+        raise NotImplementedError
+
+    def __call__(self, proposals: list[Proposal]) -> list[Proposal]:
+        usable = [p for p in proposals if p.spec is not None]
+        ranked = sorted(zip(self.scores(usable), range(len(usable))), key=lambda t: (-t[0], t[1]))
+        return [usable[i] for _, i in ranked[: self.top]]
+
+
+def _parent_row(p: Proposal) -> dict[str, Any] | None:
+    parent = p.parent
+    if parent is None:
+        return None
+    return {"reward": parent.reward, "critique": parent.critique, "status": parent.verdict.status}
+
+
+class LightScorer(TopM):
     name = "light"
 
     def __init__(self, value_dir: Path, top: int) -> None:
@@ -21,17 +48,57 @@ class LightScorer:
     def scores(self, proposals: list[Proposal]) -> list[float]:
         rows = []
         for p in proposals:
-            parent = p.parent
-            parent_row: dict[str, Any] | None = None
-            if parent is not None:
-                parent_row = {"reward": parent.reward, "critique": parent.critique}
-            node = {"depth": parent.depth + 1 if parent is not None else 0}
+            node = {"depth": p.parent.depth + 1 if p.parent is not None else 0}
             code = p.spec.text if p.spec is not None else None
-            rows.append(node_features(node, code, parent_row, p.spec.lang if p.spec is not None else None))
+            rows.append(node_features(node, code, _parent_row(p), p.spec.lang if p.spec is not None else None))
         return [float(s) for s in self.model.predict(rows)] if rows else []
 
-    def __call__(self, proposals: list[Proposal]) -> list[Proposal]:
-        """The top m by predicted reward-to-go; replies without code never make the cut."""
-        usable = [p for p in proposals if p.spec is not None]
-        ranked = sorted(zip(self.scores(usable), range(len(usable))), key=lambda t: (-t[0], t[1]))
-        return [usable[i] for _, i in ranked[: self.top]]
+
+SYSTEM = "You predict how far a candidate kernel will get in a search for speed. Answer with one number only."
+_FIRST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def parse_score(text: str) -> float:
+    """The reply's first number; a reply without one ranks last."""
+    m = _FIRST_NUMBER.search(text or "")
+    return float(m.group(0)) if m else -math.inf
+
+
+class LLMScorer(TopM):
+    """Asks the scorer model the question ``maxcode value export`` trains on, once per
+    proposal, concurrently; each question is one LLM call charged to the budget."""
+
+    name = "llm"
+
+    def __init__(self, service: Any, top: int, *, target_id: str, budget: Any, run_id: int | None,
+                 gamma: float = 0.9, concurrency: int = 4) -> None:
+        self.service = service
+        self.top = max(1, top)
+        self.target_id = target_id
+        self.budget = budget
+        self.run_id = run_id
+        self.gamma = gamma
+        self.concurrency = max(1, concurrency)
+        self.replies: list[str] = []
+
+    def _score(self, p: Proposal) -> float:
+        from ..llm import LLMRequest, LLMUnavailable, Message
+
+        assert p.spec is not None
+        depth = p.parent.depth + 1 if p.parent is not None else 0
+        prompt = reward_prompt(self.target_id, depth, _parent_row(p), p.spec.lang, p.spec.text, self.gamma)
+        request = LLMRequest(SYSTEM, (Message("user", prompt),), max_tokens=16, temperature=0.0)
+        try:
+            resp = self.service.complete(request, run_id=self.run_id, target_id=self.target_id)
+        except LLMUnavailable:
+            return -math.inf
+        if resp.source != "cache":
+            self.budget.charge(llm_calls=1, tokens=resp.tokens, cost_usd=resp.cost_usd)
+        self.replies.append(resp.text)
+        return parse_score(resp.text)
+
+    def scores(self, proposals: list[Proposal]) -> list[float]:
+        if not proposals:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(proposals))) as pool:
+            return list(pool.map(self._score, proposals))

@@ -7,6 +7,7 @@ from .beam import BeamStrategy
 from .best_of_n import BestOfNStrategy
 from .effi import EffiStrategy
 from .maxcode import MaxcodeStrategy
+from .qd import QDStrategy
 from .refine import RefineStrategy
 from .sweep import SweepStrategy
 
@@ -17,6 +18,7 @@ STRATEGIES: dict[str, type] = {
     "effi": EffiStrategy,
     "maxcode": MaxcodeStrategy,
     "beam": BeamStrategy,
+    "qd": QDStrategy,
 }
 
 
@@ -34,6 +36,7 @@ __all__ = [
     "BestOfNStrategy",
     "EffiStrategy",
     "MaxcodeStrategy",
+    "QDStrategy",
     "RefineStrategy",
     "SweepStrategy",
     "make_strategy",

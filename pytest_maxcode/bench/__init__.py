@@ -1,0 +1,1 @@
+"""Measuring the search itself: ablations of its settings (``maxcode ablate``)."""
