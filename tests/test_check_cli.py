@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -209,3 +210,37 @@ def test_inplace_reference_compares_the_arguments_after_the_call(tmp_path: Path)
     )
     (v,) = r.verdicts
     assert v["status"] == "wrong" and "output 1" in v["reasons"][0]  # the second argument was not clamped
+
+
+MATMUL = '''
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.relu(a @ b)
+
+
+def get_inputs():
+    return [torch.randn(128, 256), torch.randn(256, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_compute_bound_reference_gets_its_flops_and_the_machines_gemm_roof(tmp_path: Path) -> None:
+    (tmp_path / "ref.py").write_text(MATMUL)
+    (tmp_path / "same.py").write_text("from ref import Model as ModelNew  # noqa: F401\n")
+    r = run_maxcode(["check", "ref.py", "same.py", "--json", "--time-budget", "0.1"], cwd=tmp_path,
+                    env={"MAXCODE_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    (v,) = r.verdicts
+    d = v["diagnostics"]
+    (w,) = d["workloads"].values()
+    assert w["flops_per_call"] == 2 * 128 * 256 * 64  # the matmul; relu is elementwise and counts 0
+    assert w["achieved_flops_per_s"] == pytest.approx(w["flops_per_call"] / w["candidate"]["median_s"])
+    assert w["flops_fraction"] == pytest.approx(w["achieved_flops_per_s"] / d["machine_flops_per_s"])
+    cached = json.loads(next((tmp_path / "cache" / "machine").glob("cpu-*-flops_per_s.json")).read_text())
+    assert cached["flops_per_s"] == d["machine_flops_per_s"] > 1e8

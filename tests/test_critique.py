@@ -145,3 +145,20 @@ def test_parse_critique_takes_the_diagnosis_and_the_listed_steps() -> None:
     text = "**DIAGNOSIS:** Memory-bound:\nthree passes.\n\nNEXT:\n- fuse the passes.\n* vectorize\n2. drop the temporary\nnot a step"
     assert parse_critique(text) == ("Memory-bound: three passes.", ["fuse the passes", "vectorize", "drop the temporary"])
     assert parse_critique("no form at all") == ("", [])
+
+
+def test_the_facts_of_a_compute_bound_candidate_name_its_share_of_the_flop_roof() -> None:
+    from pytest_maxcode.critique.facts import measured_facts, render
+
+    w = {"candidate": {"median_s": 2e-4, "iqr_s": 1e-5, "n": 40}, "reference": {"median_s": 3e-4, "iqr_s": 2e-5},
+         "bytes_per_call": 196608, "achieved_bytes_per_s": 196608 / 2e-4, "bandwidth_fraction": 0.05,
+         "flops_per_call": 4194304, "achieved_flops_per_s": 4194304 / 2e-4, "flops_fraction": 0.35}
+    v = Verdict("c.cpp", "faster", speedup=1.5, speedup_ci=[1.4, 1.6], diagnostics={
+        "workloads": {"w0": w}, "machine_bytes_per_s": 2e10, "machine_flops_per_s": 6e10})
+    state = SearchState("t")
+    node = state.add(Proposal(None, "test"), v, 0)
+    text = render(measured_facts(node))
+    assert "- machine FLOP/s (measured float32 GEMM): 60 GFLOP/s" in text
+    assert "- w0: achieved compute: 20.97 GFLOP/s = 35% of the measured roof (4194304 FLOP per call)" in text
+    assert "- speedup: 1.5x (95% CI 1.4x to 1.6x)" in text
+    assert "- w0: candidate time per call: median 200 us, IQR 10 us over 40 samples" in text
