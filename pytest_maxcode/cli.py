@@ -101,6 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
     value.add_argument("--out", metavar="PATH", help="export: the JSONL file (default .maxcode/value/rtg.jsonl)")
     value.add_argument("--json", action="store_true", help="print JSON instead of text")
     value.add_argument("--store", metavar="PATH", help="the store file (default: .maxcode/maxcode.db here or above)")
+    cmp = sub.add_parser(
+        "compare",
+        help="compare two benchmark runs: a regression is a significant slowdown beyond the threshold",
+        description=(
+            "BASE and HEAD are pytest-benchmark JSON files (pytest --benchmark-json=PATH --benchmark-save-data; "
+            "with raw timings the test is Mann-Whitney U) or maxcode reports. Prints a markdown table. Thresholds: "
+            "--threshold, else [tool.maxcode.regressions] threshold and per-benchmark thresholds (globs) in "
+            "pyproject.toml, else 10%. Exit status 1 with --fail-on-regression when anything regressed."
+        ),
+    )
+    cmp.add_argument("base", metavar="BASE")
+    cmp.add_argument("head", metavar="HEAD")
+    cmp.add_argument("--threshold", type=options.positive_float, metavar="F", help="slowdown that counts, as a fraction (0.1 = 10%%)")
+    cmp.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
+    cmp.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
+    cmp.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
     ablate = sub.add_parser(
         "ablate",
         help="search the project's targets under each observation and rerank setting, equal budgets, several seeds",
@@ -537,6 +553,35 @@ def cmd_ablate(ns: argparse.Namespace) -> int:
     return 0 if all("best_speedup" in r for r in summary["rows"]) else 1
 
 
+def cmd_compare(ns: argparse.Namespace) -> int:
+    from .bot import compare as cmp
+
+    table = None
+    pyproject = Path.cwd() / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            table = options.load_settings({}, pyproject).get("regressions")
+        except ValueError as e:
+            raise MaxcodeError(str(e)) from None
+    default, per = cmp.thresholds_from(table)
+    result = cmp.compare(cmp.load_timings(Path(ns.base)), cmp.load_timings(Path(ns.head)),
+                         threshold=ns.threshold or default, thresholds=per, base_label=ns.base, head_label=ns.head)
+    text = cmp.markdown(result)
+    if ns.markdown:
+        _write(Path(ns.markdown), text)
+    if ns.json:
+        _write(Path(ns.json), json.dumps(result.to_json(), indent=2) + "\n")
+    print(text, end="")
+    return 1 if ns.fail_on_regression and result.regressions else 0
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
@@ -553,6 +598,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_value(ns)
         if ns.command == "ablate":
             return cmd_ablate(ns)
+        if ns.command == "compare":
+            return cmd_compare(ns)
     except MaxcodeError as e:
         sys.stderr.write(f"maxcode: error: {e}\n")
         return 2

@@ -170,6 +170,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "temperature": 1.0,
     "prices": None,  # {"model": {"input": USD/Mtok, "output": ..., "cache_write": ..., "cache_read": ...}}
     "qd": None,  # the qd strategy's staged schedule: {stages = [...], targets = {GLOB = {stages = [...]}}}
+    "regressions": None,  # maxcode compare: {threshold = 0.1, thresholds = {GLOB = 0.25}}
 }
 
 POSITIVE_INTS = ("budget", "k", "rerank_top", "depth", "width", "llm_calls", "tokens", "run_budget", "run_llm_calls", "run_tokens",

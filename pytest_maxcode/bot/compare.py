@@ -1,0 +1,237 @@
+"""``maxcode compare BASE HEAD``: did a change make any benchmark slower?
+
+Statistics rather than a flaky threshold: a benchmark regressed only when its median got
+slower by more than the threshold (10% unless ``[tool.maxcode.regressions]`` says
+otherwise for it) *and* the slowdown is statistically significant. With raw timings
+(pytest-benchmark's ``--benchmark-save-data``) that is a one-sided Mann-Whitney U test,
+Holm-corrected over all benchmarks compared; without them, the two runs' 95% intervals of
+the mean must not overlap. The change's interval comes from the medians' own intervals.
+
+Inputs are pytest-benchmark JSON files or maxcode reports (their re-run benchmarks'
+reference side, i.e. the user's own code).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import MaxcodeError
+
+DEFAULT_THRESHOLD = 0.10
+ALPHA = 0.05
+
+
+@dataclass
+class Timings:
+    name: str
+    median_s: float
+    mean_s: float
+    stddev_s: float
+    rounds: int
+    data: list[float] | None = None  # raw per-round times, when saved
+
+
+@dataclass
+class Comparison:
+    name: str
+    base_median_s: float
+    head_median_s: float
+    change: float  # head/base - 1: +0.2 is 20% slower
+    change_ci: list[float] | None
+    threshold: float
+    method: str  # "mann-whitney" | "intervals"
+    p_value: float | None = None
+    significant: bool = False
+    verdict: str = "unchanged"  # "regressed" | "improved" | "unchanged"
+
+
+@dataclass
+class CompareResult:
+    base: str
+    head: str
+    comparisons: list[Comparison] = field(default_factory=list)
+    only_base: list[str] = field(default_factory=list)
+    only_head: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.verdict == "regressed"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base": self.base, "head": self.head, "regressions": len(self.regressions),
+            "improvements": sum(c.verdict == "improved" for c in self.comparisons),
+            "comparisons": [asdict(c) for c in self.comparisons],
+            "only_base": self.only_base, "only_head": self.only_head,
+        }
+
+
+def load_timings(path: Path) -> dict[str, Timings]:
+    """Benchmarks by full name, from a pytest-benchmark JSON file or a maxcode report."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise MaxcodeError(f"{path}: no such file (write one with pytest --benchmark-json=PATH --benchmark-save-data)") from None
+    except (OSError, ValueError) as e:
+        raise MaxcodeError(f"{path}: not a JSON file ({e})") from None
+    if isinstance(data, Mapping) and isinstance(data.get("benchmarks"), list):
+        out = {}
+        for b in data["benchmarks"]:
+            st = b.get("stats") or {}
+            try:
+                out[str(b["fullname"])] = Timings(str(b["fullname"]), float(st["median"]), float(st["mean"]),
+                                                  float(st["stddev"]), int(st["rounds"]), _floats(st.get("data")))
+            except (KeyError, TypeError, ValueError):
+                raise MaxcodeError(f"{path}: benchmark {b.get('fullname', '?')!r} has no median/mean/stddev/rounds; "
+                                   "is this pytest-benchmark's --benchmark-json output?") from None
+        return out
+    if isinstance(data, Mapping) and isinstance(data.get("targets"), list):
+        out = {}
+        for t in data["targets"]:
+            for b in t.get("benchmarks") or []:
+                r = b.get("reference") or {}
+                if r.get("median_s") is not None:
+                    out[str(b["name"])] = Timings(str(b["name"]), float(r["median_s"]), float(r.get("mean_s", r["median_s"])),
+                                                  float(r.get("stddev_s", 0.0)), int(r.get("rounds", 1)))
+        return out
+    raise MaxcodeError(f"{path}: neither a pytest-benchmark JSON file (a 'benchmarks' list) nor a maxcode report (a 'targets' list)")
+
+
+def _floats(values: Any) -> list[float] | None:
+    if not isinstance(values, list) or len(values) < 2:
+        return None
+    return [float(v) for v in values]
+
+
+def thresholds_from(settings: Mapping[str, Any] | None) -> tuple[float, dict[str, float]]:
+    """``[tool.maxcode.regressions]``: ``threshold`` and per-benchmark ``thresholds`` (globs)."""
+    table = dict(settings or {})
+    unknown = set(table) - {"threshold", "thresholds"}
+    if unknown:
+        raise MaxcodeError(f"[tool.maxcode.regressions] has no setting {sorted(unknown)[0]!r} (known: threshold, thresholds)")
+    default = table.get("threshold", DEFAULT_THRESHOLD)
+    per = table.get("thresholds") or {}
+    for key, value in [("threshold", default), *((f"thresholds.{k!r}", v) for k, v in per.items())]:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 10:
+            raise MaxcodeError(f"[tool.maxcode.regressions] {key} must be a fraction such as 0.1 (10%), not {value!r}")
+    return float(default), {str(k): float(v) for k, v in per.items()}
+
+
+def threshold_for(name: str, default: float, per: Mapping[str, float]) -> float:
+    for pattern, value in per.items():
+        if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name.split("::")[-1], pattern):
+            return value
+    return default
+
+
+#: each median's own interval at 97.47%, so that both hold at once with 95% probability
+Z_EACH = 2.237
+
+
+def _median_interval(data: Sequence[float]) -> tuple[float, float]:
+    """Distribution-free interval of a median: order statistics around the middle (the
+    binomial's normal approximation), exact for any shape of timing distribution."""
+    x = sorted(data)
+    n = len(x)
+    half = Z_EACH * math.sqrt(n) / 2
+    lo, hi = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half) - 1)
+    return x[lo], x[hi]
+
+
+def _ratio_interval(base: Sequence[float], head: Sequence[float]) -> list[float]:
+    """A 95% (at least) interval of median(head)/median(base) - 1 from the medians' intervals."""
+    bl, bh = _median_interval(base)
+    hl, hh = _median_interval(head)
+    return [hl / max(bh, 1e-18) - 1.0, hh / max(bl, 1e-18) - 1.0]
+
+
+def _mean_interval(t: Timings) -> tuple[float, float]:
+    half = 1.96 * t.stddev_s / math.sqrt(max(1, t.rounds))
+    return t.mean_s - half, t.mean_s + half
+
+
+def _holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values: many benchmarks compared at once do not multiply false alarms."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def compare(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,
+            thresholds: Mapping[str, float] | None = None, base_label: str = "base", head_label: str = "head") -> CompareResult:
+    from scipy.stats import mannwhitneyu
+
+    result = CompareResult(base_label, head_label, only_base=sorted(set(base) - set(head)), only_head=sorted(set(head) - set(base)))
+    raw_p: list[tuple[Comparison, float]] = []
+    for name in sorted(set(base) & set(head)):
+        b, h = base[name], head[name]
+        change = h.median_s / max(b.median_s, 1e-18) - 1.0
+        c = Comparison(name, b.median_s, h.median_s, change, None, threshold_for(name, threshold, thresholds or {}), "intervals")
+        if b.data and h.data:
+            c.method = "mann-whitney"
+            c.change_ci = _ratio_interval(b.data, h.data)
+            side = "greater" if change > 0 else "less"
+            raw_p.append((c, float(mannwhitneyu(h.data, b.data, alternative=side).pvalue)))
+        else:
+            (bl, bh), (hl, hh) = _mean_interval(b), _mean_interval(h)
+            c.change_ci = [hl / max(bh, 1e-18) - 1.0, hh / max(bl, 1e-18) - 1.0] if bl > 0 else None
+            c.significant = hl > bh or hh < bl
+        result.comparisons.append(c)
+    for (c, _), p in zip(raw_p, _holm([p for _, p in raw_p])):
+        c.p_value = p
+        c.significant = p < ALPHA
+    for c in result.comparisons:
+        if c.significant and c.change > c.threshold:
+            c.verdict = "regressed"
+        elif c.significant and c.change < -c.threshold:
+            c.verdict = "improved"
+    return result
+
+
+def _time(s: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def markdown(result: CompareResult) -> str:
+    n = len(result.regressions)
+    improved = sum(c.verdict == "improved" for c in result.comparisons)
+    if not result.comparisons:
+        head = "**No benchmark ran on both sides**, so there is nothing to compare."
+    elif n:
+        head = f"**{n} regression{'s' if n != 1 else ''}** in {len(result.comparisons)} benchmark(s)"
+    else:
+        head = f"**No regressions** in {len(result.comparisons)} benchmark(s)"
+    if improved:
+        head += f"; {improved} faster"
+    lines = [f"### ⏱ Performance: {head}", "",
+             "A regression is a slowdown beyond the threshold that is also statistically significant "
+             "(one-sided Mann-Whitney U on raw timings, Holm-corrected; else non-overlapping 95% intervals).", "",
+             "| benchmark | base (median) | head (median) | change (95% CI) | p | threshold | |", "|---|---:|---:|---:|---:|---:|---|"]
+    icon = {"regressed": "🔴 slower", "improved": "🟢 faster", "unchanged": ""}
+    for c in sorted(result.comparisons, key=lambda c: (c.verdict != "regressed", -c.change)):
+        ci = f" [{_pct(c.change_ci[0])}, {_pct(c.change_ci[1])}]" if c.change_ci else ""
+        p = f"{c.p_value:.2g}" if c.p_value is not None else ("sig." if c.significant else "n.s.")
+        lines.append(f"| `{c.name}` | {_time(c.base_median_s)} | {_time(c.head_median_s)} | {_pct(c.change)}{ci} | {p} | "
+                     f"{100 * c.threshold:.0f}% | {icon[c.verdict]} |")
+    for label, names in (("only in base", result.only_base), ("only in head", result.only_head)):
+        if names:
+            lines += ["", f"{label}: " + ", ".join(f"`{x}`" for x in names)]
+    return "\n".join(lines) + "\n"
