@@ -9,9 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_maxcode
-from pytest_maxcode.bot.compare import Timings, _holm, compare, load_timings, thresholds_from
+
+from pytest_maxcode.bot.compare import (
+    Timings,
+    _holm,
+    compare,
+    load_timings,
+    thresholds_from,
+)
 from pytest_maxcode.errors import MaxcodeError
 
 BENCH = '''
