@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from . import options
-from .bench.ablation import OBSERVATIONS
 from ._version import __version__
+from .bench.ablation import OBSERVATIONS
 from .errors import MaxcodeError
 
 STATUS_STYLE = {
@@ -105,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="compare two benchmark runs: a regression is a significant slowdown beyond the threshold",
         description=(
-            "BASE and HEAD are pytest-benchmark JSON files (pytest --benchmark-json=PATH --benchmark-save-data; "
-            "with raw timings the test is Mann-Whitney U) or maxcode reports. Prints a markdown table. Thresholds: "
+            "BASE and HEAD are pytest-benchmark JSON files (pytest --benchmark-json=PATH, which holds the raw "
+            "timings: the test is then Mann-Whitney U) or maxcode reports. Prints a markdown table. Thresholds: "
             "--threshold, else [tool.maxcode.regressions] threshold and per-benchmark thresholds (globs) in "
             "pyproject.toml, else 10%. Exit status 1 with --fail-on-regression when anything regressed."
         ),
@@ -117,6 +118,37 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
     cmp.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
     cmp.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
+    pr = sub.add_parser(
+        "pr",
+        help="open or update one pull request per verified target of a report",
+        description=(
+            "For each verified target (not weak-check, not unverified): apply its kernel on top of BASE in a throwaway "
+            "worktree, commit it as --author, force-push it to maxcode/optimize-<target>, and open the pull request for "
+            "that branch or update the open one. A pull request closed without merging is not reopened for the same "
+            "kernel. The token is read from GITHUB_TOKEN, the API from GITHUB_API_URL or --github-url. Exit status 1 "
+            "when a target failed."
+        ),
+    )
+    pr.add_argument("report", nargs="?", default=".maxcode/reports/report.json", metavar="REPORT", help="default: .maxcode/reports/report.json")
+    pr.add_argument("--repo", metavar="OWNER/NAME", help="the GitHub repository (default: $GITHUB_REPOSITORY)")
+    pr.add_argument("--base", metavar="BRANCH", help="the branch the pull requests go into (default: the repository's default branch)")
+    pr.add_argument("--remote", default="origin", metavar="NAME", help="the git remote to push to (default origin)")
+    pr.add_argument("--author", default=None, metavar="'NAME <EMAIL>'", help="commit author (default: $MAXCODE_GIT_AUTHOR or maxcode-bot)")
+    pr.add_argument("--draft", action="store_true", help="open pull requests as drafts")
+    pr.add_argument("--label", action="append", default=[], metavar="NAME", help="add this label (repeatable)")
+    pr.add_argument("--dry-run", action="store_true", help="print what would be pushed and opened; touch nothing")
+    pr.add_argument("--urls-file", metavar="PATH", help="write the URLs of the pull requests opened or updated here, one a line")
+    pr.add_argument("--github-url", metavar="URL", help="the REST API's base URL (default: $GITHUB_API_URL or https://api.github.com)")
+    comment = sub.add_parser(
+        "comment",
+        help="post a markdown file as the pull request's one maxcode comment, edited in place on later runs",
+        description="The comment is found again by a hidden marker and edited, never duplicated. The token is read from GITHUB_TOKEN.",
+    )
+    comment.add_argument("file", metavar="MARKDOWN")
+    comment.add_argument("--repo", metavar="OWNER/NAME", help="the GitHub repository (default: $GITHUB_REPOSITORY)")
+    comment.add_argument("--pr", type=int, required=True, metavar="N", help="the pull request's number")
+    comment.add_argument("--marker", default="maxcode:regressions", metavar="NAME", help="which maxcode comment this is (default maxcode:regressions)")
+    comment.add_argument("--github-url", metavar="URL", help="the REST API's base URL (default: $GITHUB_API_URL or https://api.github.com)")
     ablate = sub.add_parser(
         "ablate",
         help="search the project's targets under each observation and rerank setting, equal budgets, several seeds",
@@ -575,6 +607,52 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 1 if ns.fail_on_regression and result.regressions else 0
 
 
+def _repo_name(given: str | None) -> str:
+    name = given or os.environ.get("GITHUB_REPOSITORY")
+    if not name or not re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        raise MaxcodeError(f"--repo {name!r}: give the repository as OWNER/NAME (or set GITHUB_REPOSITORY)" if name else
+                           "--repo: give the repository as OWNER/NAME (or set GITHUB_REPOSITORY)")
+    return name
+
+
+def cmd_pr(ns: argparse.Namespace) -> int:
+    from .bot.pr import DEFAULT_AUTHOR, Bot
+
+    path = Path(ns.report)
+    try:
+        report = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise MaxcodeError(f"{path}: no such report; run pytest --maxcode first (or pass the --maxcode-json file)") from None
+    except ValueError as e:
+        raise MaxcodeError(f"{path}: not a JSON report ({e})") from None
+    bot = Bot(Path.cwd(), report, repo_name=_repo_name(ns.repo), base=ns.base, remote=ns.remote,
+              author=ns.author or os.environ.get("MAXCODE_GIT_AUTHOR") or DEFAULT_AUTHOR, draft=ns.draft,
+              labels=tuple(ns.label), dry_run=ns.dry_run, api_url=ns.github_url)
+    outcomes = bot.run()
+    for o in outcomes:
+        print(o.line())
+    if ns.urls_file:
+        _write(Path(ns.urls_file), "".join(f"{o.url}\n" for o in outcomes if o.url))
+    if not outcomes:
+        print("the report has no targets")
+    return 1 if any(o.action == "failed" for o in outcomes) else 0
+
+
+def cmd_comment(ns: argparse.Namespace) -> int:
+    from .bot.comment import upsert_comment
+    from .bot.github import client
+
+    path = Path(ns.file)
+    try:
+        body = path.read_text()
+    except OSError:
+        raise MaxcodeError(f"{path}: cannot read the comment's markdown") from None
+    gh, token = client(ns.github_url)
+    posted = upsert_comment(gh, _repo_name(ns.repo), ns.pr, body, marker=ns.marker, token=token)
+    print(f"{'created' if posted.created else 'updated'} {posted.url}")
+    return 0
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -600,6 +678,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_ablate(ns)
         if ns.command == "compare":
             return cmd_compare(ns)
+        if ns.command == "pr":
+            return cmd_pr(ns)
+        if ns.command == "comment":
+            return cmd_comment(ns)
     except MaxcodeError as e:
         sys.stderr.write(f"maxcode: error: {e}\n")
         return 2

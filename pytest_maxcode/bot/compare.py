@@ -3,7 +3,7 @@
 Statistics rather than a flaky threshold: a benchmark regressed only when its median got
 slower by more than the threshold (10% unless ``[tool.maxcode.regressions]`` says
 otherwise for it) *and* the slowdown is statistically significant. With raw timings
-(pytest-benchmark's ``--benchmark-save-data``) that is a one-sided Mann-Whitney U test,
+(pytest-benchmark's ``--benchmark-json`` keeps them) that is a one-sided Mann-Whitney U test,
 Holm-corrected over all benchmarks compared; without them, the two runs' 95% intervals of
 the mean must not overlap. The change's interval comes from the medians' own intervals.
 
@@ -77,7 +77,7 @@ def load_timings(path: Path) -> dict[str, Timings]:
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise MaxcodeError(f"{path}: no such file (write one with pytest --benchmark-json=PATH --benchmark-save-data)") from None
+        raise MaxcodeError(f"{path}: no such file (write one with pytest --benchmark-json=PATH)") from None
     except (OSError, ValueError) as e:
         raise MaxcodeError(f"{path}: not a JSON file ({e})") from None
     if isinstance(data, Mapping) and isinstance(data.get("benchmarks"), list):

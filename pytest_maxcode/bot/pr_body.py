@@ -1,0 +1,113 @@
+"""The optimization pull request's title and body: numbers a reviewer can trust, in the order
+a reviewer asks for them (how much faster, measured how, is it still correct, on what, at
+what cost, what is the code, how do I check it myself)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
+FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}
+MAX_SOURCE_CHARS = 60_000  # GitHub caps a PR body at 65536 characters
+
+
+def marker(target_id: str, kernel_hash: str) -> str:
+    return f"<!-- maxcode:pr target={target_id} kernel={kernel_hash} -->"
+
+
+_MARKER = re.compile(r"<!-- maxcode:pr target=(?P<target>\S+) kernel=(?P<kernel>[0-9a-f]+) -->")
+
+
+def parse_marker(body: str | None) -> tuple[str, str] | None:
+    m = _MARKER.search(body or "")
+    return (m.group("target"), m.group("kernel")) if m else None
+
+
+def _device(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
+    if t.get("device") == "cuda":
+        gpu = str(machine.get("gpu") or "GPU")
+        return re.sub(r"^NVIDIA\s+", "", gpu).split(" ")[0] if gpu != "GPU" else gpu
+    return "CPU"
+
+
+def title(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
+    lang = LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
+    return f"⚡ Speed up {t['id']} {t['speedup']:.2g}x ({lang}, {_device(t, machine)})"
+
+
+def _time(s: float | None) -> str:
+    if s is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def _ci(ci: Sequence[float] | None) -> str:
+    return f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
+
+
+def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel_path: str, kernel_hash: str,
+         branch: str) -> str:
+    machine = report.get("machine") or {}
+    best = t.get("best") or {}
+    lang = str(best.get("lang"))
+    ref = t.get("reference") or {}
+    out = [
+        marker(t["id"], kernel_hash),
+        f"## ⚡ `{t['id']}` is {t['speedup']:.3g}x faster",
+        "",
+        f"pytest-maxcode found a {LANG_NAMES.get(lang, lang)} kernel for `{t['id']}` (`{ref.get('file', '?')}`), "
+        "checked it against the original on the inputs your tests pass it, re-ran your tests with it active, "
+        f"and timed both interleaved in one process. The kernel is `{kernel_path}`; `maxcode.lock` routes calls to it "
+        "for the input signatures it was checked on, and everything else still runs the original.",
+        "",
+        "| workload | original | optimized | speedup (95% CI) |",
+        "|---|---:|---:|---:|",
+        f"| **all (geometric mean)** | {_time(t.get('baseline_s'))} | {_time(t.get('best_s'))} | **{t['speedup']:.3g}x**{_ci(t.get('speedup_ci'))} |",
+    ]
+    for w in t.get("workloads") or []:
+        out.append(f"| `{w['signature']}` ({w['n_sets']} input sets) | {_time(w.get('reference_s'))} | {_time(w.get('candidate_s'))} | "
+                   f"{w['speedup']:.3g}x{_ci(w.get('speedup_ci'))} |")
+    out += ["", f"Verdict: {t.get('reason', '')}"]
+    benchmarks = t.get("benchmarks") or []
+    if benchmarks:
+        out += ["", "### Your benchmarks (pytest-benchmark, re-run with and without the kernel)", "",
+                "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup | rounds |", "|---|---:|---:|---:|---:|"]
+        for b in benchmarks:
+            r, c = b["reference"], b["candidate"]
+            out.append(f"| `{b['name']}` | {_time(r['median_s'])} ± {_time(r.get('stddev_s'))} | {_time(c['median_s'])} ± "
+                       f"{_time(c.get('stddev_s'))} | {b['speedup']:.3g}x | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
+    tests = t.get("tests") or {}
+    rerun = tests.get("rerun") or []
+    out += ["", "### Tests re-run with the kernel active", "",
+            f"{'✅' if tests.get('passed') else '❌'} {tests.get('summary', '')}"
+            + (f"; the kernel was called {tests['kernel_calls']} time(s)" if tests.get("kernel_calls") else "")]
+    if rerun:
+        out += ["", "<details><summary>" + f"{len(rerun)} test(s)" + "</summary>", "", *[f"- `{n}`" for n in rerun], "", "</details>"]
+    out += ["", "### Environment", "",
+            f"- device: {t.get('device', '?')}" + (f" ({machine['gpu']})" if machine.get("gpu") else "") + f", arch {t.get('arch', '?')}",
+            f"- CPU: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores",
+            f"- torch {machine.get('torch', '?')}, pytest-maxcode {report.get('tool_version', '?')}"]
+    search = t.get("search") or {}
+    cands = t.get("candidates") or {}
+    if search:
+        model = search.get("llm") or "no model (built-in candidates)"
+        out += ["", "### Search", "",
+                f"- strategy `{search.get('strategy')}`, policy `{search.get('policy')}`, model {model}",
+                f"- {cands.get('tried', 0)} candidate(s) tried, {cands.get('correct', 0)} correct, {cands.get('faster', 0)} faster; "
+                f"stopped because {search.get('stop_reason', '?')}",
+                f"- {search.get('llm_calls', 0)} LLM call(s), {search.get('tokens', 0)} tokens, ${float(search.get('cost_usd') or 0):.4f}"]
+    shown = source if len(source) <= MAX_SOURCE_CHARS else source[:MAX_SOURCE_CHARS] + "\n... (truncated; the file is in this PR)"
+    out += ["", f"<details><summary>Kernel source: <code>{kernel_path}</code> ({source.count(chr(10)) + 1} lines)</summary>", "",
+            f"```{FENCES.get(lang, '')}", shown.rstrip(), "```", "", "</details>"]
+    out += ["", "### Check it yourself", "", "```",
+            f"git fetch origin {branch} && git checkout {branch}",
+            "maxcode status          # the kernel is active for this machine",
+            f"pytest {' '.join(rerun[:3]) if rerun else ''}".rstrip() + "          # your tests, with the kernel",
+            f"pytest --maxcode --maxcode-target='{t['id']}'   # search and verify again here",
+            "```", "", "<sub>Opened by pytest-maxcode. Closing this PR without merging keeps this kernel from being proposed again.</sub>"]
+    return "\n".join(out) + "\n"
