@@ -184,7 +184,9 @@ class Bot:
         except (github.GithubException, OSError) as e:
             raise error(e, f"looking up {doing}", self.token) from None
         message = f"{title}\n\nKernel {kernel_hash} for {t['id']}, verified by pytest-maxcode: {t.get('reason', '')}"
-        if not self.push_branch(t, branch, message):
+        same = bool(open_prs) and (pr_body.parse_marker(open_prs[0].body) or ("", ""))[1] == kernel_hash
+        # the same kernel again: keep the commit (and the review comments anchored to it), refresh the numbers
+        if not same and not self.push_branch(t, branch, message):
             return Outcome(t["id"], "skipped", f"this kernel is already on {self.base}")
         try:
             if open_prs:
