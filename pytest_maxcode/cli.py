@@ -149,6 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
     comment.add_argument("--pr", type=int, required=True, metavar="N", help="the pull request's number")
     comment.add_argument("--marker", default="maxcode:regressions", metavar="NAME", help="which maxcode comment this is (default maxcode:regressions)")
     comment.add_argument("--github-url", metavar="URL", help="the REST API's base URL (default: $GITHUB_API_URL or https://api.github.com)")
+    bench = sub.add_parser(
+        "bench",
+        help="the field's benchmarks: KernelBench problems, PIE programs",
+        description="Run a benchmark suite with the field's metrics; each writes a JSON result and a markdown table.",
+    )
+    suites = bench.add_subparsers(dest="suite", required=True, parser_class=_Parser)
+    from .bench import kernelbench, pie
+
+    kernelbench.add_arguments(suites.add_parser("kernelbench", help="KernelBench: correctness, fast_p, geomean speedup vs eager and torch.compile",
+                                                description=kernelbench.DESCRIPTION))
+    pie.add_arguments(suites.add_parser("pie", help="PIE: C++ programs on stdin/stdout test cases; mean speedup, %%Opt, correctness",
+                                        description=pie.DESCRIPTION))
     ablate = sub.add_parser(
         "ablate",
         help="search the project's targets under each observation and rerank setting, equal budgets, several seeds",
@@ -678,6 +690,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_ablate(ns)
         if ns.command == "compare":
             return cmd_compare(ns)
+        if ns.command == "bench":
+            from .bench import kernelbench, pie
+
+            return {"kernelbench": kernelbench.run, "pie": pie.run}[ns.suite](ns)
         if ns.command == "pr":
             return cmd_pr(ns)
         if ns.command == "comment":

@@ -40,6 +40,9 @@ class TargetInfo:
     min_speedup: float | None = None
     budget: int | None = None
     inplace: bool = False
+    #: a KernelBench problem: its Model is built from get_init_inputs() under a seed, so a
+    #: compat ModelNew built the same way has the same weights (and may subclass it)
+    problem: bool = False
 
 
 def parse_tunables(text: str) -> dict[str, list[str]]:
@@ -82,6 +85,34 @@ for _part in {qualname!r}.split("."):
 
 {name} = torch.compile(getattr(_obj, "__wrapped__", _obj), mode={mode!r}, dynamic=False)
 '''
+
+
+COMPILE_MODULE_TEMPLATE = '''"""maxcode built-in candidate: torch.compile(mode={mode!r}) of {target_id}."""
+
+import importlib
+
+import torch
+
+_cls = importlib.import_module({module!r})
+for _part in {qualname!r}.split("."):
+    _cls = getattr(_cls, _part)
+
+
+class ModelNew(_cls):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._maxcode_compiled = torch.compile(super().forward, mode={mode!r}, dynamic=False)
+
+    def forward(self, *args):
+        return self._maxcode_compiled(*args)
+'''
+
+
+def compile_candidate_text(target_id: str, module: str, qualname: str, kind: str, mode: str) -> str:
+    """A compat candidate that is ``torch.compile`` of the reference: the field's second baseline."""
+    if kind == "module":
+        return COMPILE_MODULE_TEMPLATE.format(mode=mode, target_id=target_id, module=module, qualname=qualname)
+    return COMPILE_TEMPLATE.format(mode=mode, target_id=target_id, module=module, qualname=qualname, name=qualname.split(".")[-1])
 
 
 EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
@@ -151,13 +182,12 @@ class BuiltinPolicy:
                 for text, params in expand(seed.read_text(), ext):
                     spec = materialize(self.out_dir, text, lang, seed.stem)
                     out.append(Proposal(spec, f"seed:{seed.name}", params))
-        if self.target.kind == "function" and self.torch_compile:
+        # an nn.Module captured from tests has trained or random weights a ModelNew cannot rebuild;
+        # a KernelBench problem's are rebuilt from get_init_inputs() under the same seed
+        if (self.target.kind == "function" or self.target.problem) and self.torch_compile:
             modes = ["default"] + (["max-autotune-no-cudagraphs"] if self.device == "cuda" else [])
             for mode in modes:
-                text = COMPILE_TEMPLATE.format(
-                    mode=mode, target_id=self.target.id, module=self.target.module,
-                    qualname=self.target.qualname, name=self.target.qualname.split(".")[-1],
-                )
+                text = compile_candidate_text(self.target.id, self.target.module, self.target.qualname, self.target.kind, mode)
                 spec = materialize(self.out_dir, text, "py", f"compile-{mode}")
                 out.append(Proposal(spec, f"torch.compile:{mode}", {"mode": mode}))
         return out

@@ -1,0 +1,101 @@
+"""``maxcode bench kernelbench`` on a small KernelBench-format fixture: five problems, and
+generations that are correct and fast, wrong, correct and slow, correct on a weak check,
+and missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import DATA, run_maxcode
+
+from pytest_maxcode.bench.kernelbench import (
+    PS,
+    ProblemResult,
+    fast_p,
+    generation_for,
+    geomean,
+    metrics,
+)
+from pytest_maxcode.bench.problems import find_problems, parse_selection, scaled_source
+from pytest_maxcode.errors import MaxcodeError
+
+KB = DATA / "kernelbench"
+
+
+@pytest.fixture(scope="module")
+def generations_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    out = tmp_path_factory.mktemp("kb")
+    r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--generations", str(KB / "generations"),
+                     "--no-compile-baseline", "--out", str(out / "run"), "--json", str(out / "kb.json")], cwd=out)
+    assert r.returncode == 0, r.stderr
+    return json.loads((out / "kb.json").read_text()), r.stdout
+
+
+def test_the_field_metrics_come_out_exactly(generations_run: tuple[dict, str]) -> None:
+    summary, table = generations_run
+    by = {r["number"]: r for r in summary["results"]}
+    assert {n: r["status"] for n, r in by.items()} == {1: "faster", 2: "wrong", 3: "not_faster", 4: "not_faster", 5: "no_candidate"}
+    assert by[1]["speedup"] > 2.0 and by[3]["speedup"] < 0.5 and by[4]["speedup"] < 0.5
+    assert by[2]["reason"].startswith("input set") and "no generation for problem 5" in by[5]["reason"]
+    m = summary["metrics"]
+    assert (m["problems"], m["correct"], m["correctness_rate"]) == (5, 3, 0.6)
+    assert m["fast_p"]["eager"] == {"0.0": 0.6, "0.5": 0.2, "0.8": 0.2, "1.0": 0.2, "1.5": 0.2, "2.0": 0.2}
+    assert m["fast_p"]["compile"] is None  # --no-compile-baseline
+    assert m["geomean_speedup"]["eager"] == pytest.approx((by[1]["speedup"] * by[3]["speedup"] * by[4]["speedup"]) ** (1 / 3))
+    assert m["weak_check"] == [4] and by[4]["weak_check"] and not by[1]["weak_check"]
+    assert summary["mode"] == "generations" and summary["device"] == "cpu"
+    assert "### KernelBench level 1: 3/5 correct (60%), cpu, scale 1" in table
+    assert "| eager | 60% | 20% | 20% | 20% | 20% | 20% |" in table
+    assert "| 4_Zero_like | not_faster (weak check) |" in table and "Weak checks (outputs barely depend on the inputs): 4" in table
+
+
+def test_the_compile_baseline_is_measured_in_the_same_run_on_scaled_sizes(tmp_path: Path) -> None:
+    r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--problems", "1", "--scale", "0.5",
+                     "--generations", str(KB / "generations"), "--out", str(tmp_path / "run")], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "run" / "result.json").read_text())
+    (row,) = summary["results"]
+    assert row["scaled"] == {"batch_size": [256, 128], "dim": [1024, 512]}
+    assert row["compile_status"] in ("faster", "not_faster") and row["compile_speedup"] > 0
+    if row["correct"]:
+        assert row["speedup_vs_compile"] == pytest.approx(row["speedup"] / row["compile_speedup"])
+    assert "| compile |" in (tmp_path / "run" / "table.md").read_text()
+    scaled = (tmp_path / "run" / "problems" / "p1" / "kb_l1_p1.py").read_text()
+    assert "batch_size = 128" in scaled and "dim = 512" in scaled
+
+
+def test_problems_selection_naming_and_scaling() -> None:
+    problems = find_problems(KB, 1, "2-3,5")
+    assert [(p.number, p.name) for p in problems] == [(2, "Matmul_ReLU"), (3, "Sum_rows"), (5, "Linear")]
+    assert [p.number for p in find_problems(KB / "KernelBench" / "level1", 1)] == [1, 2, 3, 4, 5]
+    assert parse_selection("1-3,7") == {1, 2, 3, 7} and parse_selection(None) is None
+    with pytest.raises(MaxcodeError, match="use numbers and ranges"):
+        parse_selection("one")
+    with pytest.raises(MaxcodeError, match="level 1 has no problem 9"):
+        find_problems(KB, 1, "9")
+    with pytest.raises(MaxcodeError, match="no KernelBench level 2 problems"):
+        find_problems(KB, 2)
+    gens = KB / "generations"
+    assert generation_for(problems[0], gens).name == "level_1_problem_2_sample_0_kernel.py"
+    assert generation_for(problems[1], gens).name == "3_Sum_rows.py"
+    assert generation_for(problems[2], gens) is None
+    src, changes = scaled_source("batch_size = 16\nkernel_size = 3\nstride = 32\nM = 1024  # rows\n", 0.25)
+    assert src == "batch_size = 4\nkernel_size = 3\nstride = 32\nM = 256  # rows\n" and changes == {"batch_size": (16, 4), "M": (1024, 256)}
+
+
+def test_fast_p_counts_only_correct_problems_above_p() -> None:
+    rows = [ProblemResult(1, "a", "faster", True, 3.0, speedup_vs_compile=1.2), ProblemResult(2, "b", "not_faster", True, 0.9),
+            ProblemResult(3, "c", "wrong"), ProblemResult(4, "d", "faster", True, 1.5, speedup_vs_compile=0.7)]
+    assert [fast_p(rows, p) for p in PS] == [0.75, 0.75, 0.75, 0.5, 0.25, 0.25]
+    assert fast_p(rows, 1.0, vs="compile") == 0.25
+    assert geomean([3.0, 0.9, 1.5]) == pytest.approx((3.0 * 0.9 * 1.5) ** (1 / 3))
+    assert metrics([])["correctness_rate"] == 0.0
+
+
+def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
+    r = run_maxcode(["bench", "kernelbench", str(tmp_path), "--level", "1"], cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no KernelBench level 1 problems" in r.stderr
+    r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--generations", str(tmp_path / "none")], cwd=tmp_path)
+    assert r.returncode == 2 and "--generations" in r.stderr and "no such folder" in r.stderr
