@@ -99,3 +99,31 @@ def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no KernelBench level 1 problems" in r.stderr
     r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--generations", str(tmp_path / "none")], cwd=tmp_path)
     assert r.returncode == 2 and "--generations" in r.stderr and "no such folder" in r.stderr
+
+
+def test_search_mode_with_the_built_in_policy_compiles_the_problem(tmp_path: Path) -> None:
+    r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--problems", "1", "--budget", "1",
+                     "--no-compile-baseline", "--out", str(tmp_path / "run")], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "run" / "result.json").read_text())
+    (row,) = summary["results"]
+    assert summary["mode"] == "search"
+    assert Path(row["candidate"]).name.startswith("compile-default-") and row["status"] in ("faster", "not_faster")
+    assert row["correct"] and summary["metrics"]["correctness_rate"] == 1.0
+    assert "kb_l1_p1.Model: evaluating 1 candidate(s)" in r.stderr  # the search loop's own progress
+
+
+def test_search_mode_with_a_model_writes_a_native_kernel(tmp_path: Path) -> None:
+    from llm_fakes import FAKE_KEY, FakeLLMServer, code_reply
+
+    good = (DATA / "chain" / "good.cpp").read_text()
+    with FakeLLMServer("anthropic") as srv:
+        srv.respond_with(code_reply(good))
+        r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--problems", "1", "--budget", "1",
+                         "--llm", srv.spec("claude-test"), "--no-compile-baseline", "--out", str(tmp_path / "run")],
+                        cwd=tmp_path, env={"ANTHROPIC_API_KEY": FAKE_KEY})
+        prompt = srv.requests[0]["system"][0]["text"]
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads((tmp_path / "run" / "result.json").read_text())["results"]
+    assert row["candidate"].endswith(".cpp") and row["status"] == "faster" and row["speedup"] > 1.05
+    assert "class Model(nn.Module)" in prompt and "float32[256,1024]" in prompt and "maxcode_run" in prompt

@@ -149,6 +149,7 @@ def search_target(
     oracle_lock: Any = None,
     critic_llm: Any = None,
     scorer_llm: Any = None,
+    reference: ReferenceSpec | None = None,
 ) -> SearchResult:
     start = time.monotonic()
     reference_norm = normalized_source_in_file(target.source_file, target.qualname) or ""
@@ -156,8 +157,9 @@ def search_target(
     min_speedup = target.min_speedup or settings["min_speedup"]
     device = settings["device"] or ("cuda" if target.lang == "cuda" else "cpu")
     config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup, inplace=target.inplace)
-    instance = captured[0].parent / "module.pt" if target.kind == "module" else None
-    reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
+    if reference is None:  # a marked target; a KernelBench problem brings its own (get_init_inputs, get_inputs)
+        instance = captured[0].parent / "module.pt" if target.kind == "module" else None
+        reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
     lock = oracle_lock if oracle_lock is not None else contextlib.nullcontext()
     import torch
 
