@@ -15,6 +15,7 @@ from . import options
 from ._version import __version__
 from .bench.ablation import OBSERVATIONS
 from .errors import MaxcodeError
+from .report._format import fmt_time
 
 STATUS_STYLE = {
     "faster": "bold green",
@@ -538,14 +539,6 @@ def _console():
     return Console(stderr=True)
 
 
-def _fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
 
 def _print_verdicts(verdicts, workloads, device: str) -> None:
     from rich.console import Console
@@ -564,9 +557,9 @@ def _print_verdicts(verdicts, workloads, device: str) -> None:
             f"[{STATUS_STYLE[v.status]}]{status}[/]",
             sp,
             ci,
-            _fmt_s(v.reference_s),
-            _fmt_s(v.candidate_s),
-            _fmt_s(v.compile_s),
+            fmt_time(v.reference_s),
+            fmt_time(v.candidate_s),
+            fmt_time(v.compile_s),
         )
     console.print(table)
     for v in verdicts:

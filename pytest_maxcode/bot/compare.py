@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
+from ..report._format import fmt_time
 
 DEFAULT_THRESHOLD = 0.10
 ALPHA = 0.05
@@ -199,12 +200,6 @@ def compare(base: Mapping[str, Timings], head: Mapping[str, Timings], *, thresho
     return result
 
 
-def _time(s: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
-
 
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
@@ -229,7 +224,7 @@ def markdown(result: CompareResult) -> str:
     for c in sorted(result.comparisons, key=lambda c: (c.verdict != "regressed", -c.change)):
         ci = f" [{_pct(c.change_ci[0])}, {_pct(c.change_ci[1])}]" if c.change_ci else ""
         p = f"{c.p_value:.2g}" if c.p_value is not None else ("sig." if c.significant else "n.s.")
-        lines.append(f"| `{c.name}` | {_time(c.base_median_s)} | {_time(c.head_median_s)} | {_pct(c.change)}{ci} | {p} | "
+        lines.append(f"| `{c.name}` | {fmt_time(c.base_median_s)} | {fmt_time(c.head_median_s)} | {_pct(c.change)}{ci} | {p} | "
                      f"{100 * c.threshold:.0f}% | {icon[c.verdict]} |")
     for label, names in (("only in base", result.only_base), ("only in head", result.only_head)):
         if names:

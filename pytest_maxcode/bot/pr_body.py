@@ -8,6 +8,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..report._format import fmt_time
+
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
 FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}
 MAX_SOURCE_CHARS = 60_000  # GitHub caps a PR body at 65536 characters
@@ -37,14 +39,6 @@ def title(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
     return f"⚡ Speed up {t['id']} {t['speedup']:.2g}x ({lang}, {_device(t, machine)})"
 
 
-def _time(s: float | None) -> str:
-    if s is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
-
 
 def _ci(ci: Sequence[float] | None) -> str:
     return f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
@@ -67,10 +61,10 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
         "",
         "| workload | original | optimized | speedup (95% CI) |",
         "|---|---:|---:|---:|",
-        f"| **all (geometric mean)** | {_time(t.get('baseline_s'))} | {_time(t.get('best_s'))} | **{t['speedup']:.3g}x**{_ci(t.get('speedup_ci'))} |",
+        f"| **all (geometric mean)** | {fmt_time(t.get('baseline_s'))} | {fmt_time(t.get('best_s'))} | **{t['speedup']:.3g}x**{_ci(t.get('speedup_ci'))} |",
     ]
     for w in t.get("workloads") or []:
-        out.append(f"| `{w['signature']}` ({w['n_sets']} input sets) | {_time(w.get('reference_s'))} | {_time(w.get('candidate_s'))} | "
+        out.append(f"| `{w['signature']}` ({w['n_sets']} input sets) | {fmt_time(w.get('reference_s'))} | {fmt_time(w.get('candidate_s'))} | "
                    f"{w['speedup']:.3g}x{_ci(w.get('speedup_ci'))} |")
     out += ["", f"Verdict: {t.get('reason', '')}"]
     benchmarks = t.get("benchmarks") or []
@@ -79,8 +73,8 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
                 "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup | rounds |", "|---|---:|---:|---:|---:|"]
         for b in benchmarks:
             r, c = b["reference"], b["candidate"]
-            out.append(f"| `{b['name']}` | {_time(r['median_s'])} ± {_time(r.get('stddev_s'))} | {_time(c['median_s'])} ± "
-                       f"{_time(c.get('stddev_s'))} | {b['speedup']:.3g}x | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
+            out.append(f"| `{b['name']}` | {fmt_time(r['median_s'])} ± {fmt_time(r.get('stddev_s'))} | {fmt_time(c['median_s'])} ± "
+                       f"{fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
     tests = t.get("tests") or {}
     rerun = tests.get("rerun") or []
     out += ["", "### Tests re-run with the kernel active", "",
