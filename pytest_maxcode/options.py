@@ -124,6 +124,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("parallel_targets", "targets searched at once: their LLM requests overlap, oracle work takes turns (default 1)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("json_path", "also write the JSON report here (it always lands in .maxcode/reports/)", metavar="PATH", spelled="json", scopes=PYTEST),
     Option("apply", "write each verified best kernel to maxcode_kernels/ and maxcode.lock", action="store_true", default=None, scopes=PYTEST),
+    Option("executor", "where builds, checks and timings run: local (this machine) or ray (a pool of Ray actors, one per GPU, or one per node on CPU; pip install 'pytest-maxcode[ray]') (default local)", choices=("local", "ray"), default=None, scopes=PYTEST),
+    Option("ray_address", "the Ray cluster of --maxcode-executor=ray, e.g. HOST:6379 or ray://HOST:10001 (default: RAY_ADDRESS, else a local Ray instance started here)", default=None, metavar="ADDRESS", scopes=PYTEST),
+    Option("ray_actors", "with --maxcode-executor=ray: checking actors, each timing alone on its GPU or node (default: one per GPU with --device cuda, else one per node; more per node time in each other's noise)", type=int, default=None, metavar="N", scopes=PYTEST),
 )
 
 #: [tool.maxcode] keys, and the defaults that apply when neither the command line nor the file sets one
@@ -163,6 +166,9 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "critic": "rules",
     "critic_thinking_tokens": 0,
     "parallel_targets": 1,
+    "executor": "local",
+    "ray_address": None,
+    "ray_actors": None,
     # [tool.maxcode] only
     "llm_retries": 2,
     "llm_cache": True,
@@ -174,7 +180,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
 }
 
 POSITIVE_INTS = ("budget", "k", "rerank_top", "depth", "width", "llm_calls", "tokens", "run_budget", "run_llm_calls", "run_tokens",
-                 "llm_concurrency", "parallel_targets", "max_tokens")
+                 "llm_concurrency", "parallel_targets", "max_tokens", "ray_actors")
 NON_NEGATIVE_INTS = ("thinking_tokens", "critic_thinking_tokens", "llm_retries", "search_seed")
 
 
@@ -218,6 +224,8 @@ def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]
         v = out[key]
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0):
             raise ValueError(f"{key.replace('_', '-')} must be a number greater than 0, not {v!r}")
+    if out["executor"] not in ("local", "ray"):
+        raise ValueError(f"executor must be local or ray, not {out['executor']!r}")
     if out["prices"] is not None and not isinstance(out["prices"], dict):
         raise ValueError("prices must be a table: [tool.maxcode.prices] MODEL = {input = USD_PER_MTOK, output = ...}")
     if out["qd"] is not None:

@@ -188,11 +188,19 @@ def search_target(
         return result
     builtin = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True))) if policy_name == "builtin" else None
     hint = [p.spec for p in builtin.pending()] if builtin is not None else []
-    oracle = Oracle(
-        reference, config, root, store=store, run_id=run_id, progress=progress,
+    oracle_kw: dict[str, Any] = dict(
+        store=store, run_id=run_id, progress=progress,
         candidates_hint=[s for s in hint if s is not None],
         workloads=[{"name": w["name"], "captured": w["captured"]} for w in workloads],
     )
+    oracle: Any
+    if settings.get("executor") == "ray":  # the same checks, on a Ray cluster's pool of warm oracles
+        from ..oracle.ray_executor import RayOracle
+
+        oracle = RayOracle(reference, config, root, address=settings.get("ray_address"), actors=settings.get("ray_actors"),
+                           targets_at_once=settings.get("parallel_targets") or 1, **oracle_kw)
+    else:
+        oracle = Oracle(reference, config, root, **oracle_kw)
     oracle.eval_key = evaluation_key(config, [w["signature"] for w in workloads], reference_norm)
     policy: Any = None
     try:
