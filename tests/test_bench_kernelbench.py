@@ -103,13 +103,15 @@ def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
 
 def test_search_mode_with_the_built_in_policy_compiles_the_problem(tmp_path: Path) -> None:
     r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--problems", "1", "--budget", "1",
-                     "--no-compile-baseline", "--out", str(tmp_path / "run")], cwd=tmp_path)
+                     "--out", str(tmp_path / "run")], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "run" / "result.json").read_text())
     (row,) = summary["results"]
     assert summary["mode"] == "search"
     assert Path(row["candidate"]).name.startswith("compile-default-") and row["status"] in ("faster", "not_faster")
     assert row["correct"] and summary["metrics"]["correctness_rate"] == 1.0
+    # the candidate is the torch.compile baseline itself: measured once, 1x against itself
+    assert row["compile_speedup"] == row["speedup"] and row["speedup_vs_compile"] == 1.0
     assert "kb_l1_p1.Model: evaluating 1 candidate(s)" in r.stderr  # the search loop's own progress
 
 
