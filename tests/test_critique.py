@@ -6,8 +6,8 @@ import re
 import shutil
 
 import pytest
-
 from conftest import DATA
+
 from pytest_maxcode.critique import RuleCritic
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
@@ -162,3 +162,10 @@ def test_the_facts_of_a_compute_bound_candidate_name_its_share_of_the_flop_roof(
     assert "- w0: achieved compute: 20.97 GFLOP/s = 35% of the measured roof (4194304 FLOP per call)" in text
     assert "- speedup: 1.5x (95% CI 1.4x to 1.6x)" in text
     assert "- w0: candidate time per call: median 200 us, IQR 10 us over 40 samples" in text
+
+
+def test_a_claim_must_match_a_fact_of_its_own_kind() -> None:
+    # 35 is a measured percentage, not a time; 41.2 us is a time in any unit
+    assert unsupported_claims("A call takes 35 us.", FACTS) == ["35 us"]
+    assert unsupported_claims("A call takes 0.0412 ms.", FACTS) == []
+    assert unsupported_claims("It moves 12500 MB/s.", FACTS) == []
