@@ -22,24 +22,21 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import llm_fakes
-import torch
-from conftest import DATA
+import test_search_llm
 from llm_fakes import code_reply
 from test_oracle_adversarial import EXPECTED
+from test_search_llm import BROKEN, GOOD, WRONG, run_search
 
 from pytest_maxcode import options
 from pytest_maxcode.errors import MaxcodeError
-from pytest_maxcode.llm import make_service
 from pytest_maxcode.oracle import ray_executor
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.ray_executor import RAY_MISSING, RayOracle
 from pytest_maxcode.oracle.reference import ReferenceSpec
 from pytest_maxcode.oracle.verdict import CORRECT
-from pytest_maxcode.search.loop import search_target
-from pytest_maxcode.search.policy import TargetInfo
 from pytest_maxcode.store import Store
-from pytest_maxcode.targets.capture import signature
 
+chain_root = test_search_llm.chain_root
 fake_openai = llm_fakes.fake_openai
 
 CONFIG = {"timeout": 3.0, "max_memory": 1 << 30, "time_budget": 0.1}
@@ -53,17 +50,6 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
   return 0;
 }
 """
-GOOD = (DATA / "chain" / "good.cpp").read_text()
-BROKEN = GOOD.replace("float v =", "floot v =")
-WRONG = GOOD.replace("v * v - 0.5f", "v * v + 0.5f")
-LIB = '''"""The reference: four passes over memory in eager PyTorch."""
-import torch
-
-
-def chain(x, bias):
-    y = torch.relu(x * 2.0 + bias)
-    return y * y - 0.5
-'''
 
 
 @pytest.fixture(scope="module")
@@ -158,28 +144,11 @@ def test_a_hung_or_killed_worker_is_replaced_and_its_candidate_judged(cluster: A
         assert again.status in CORRECT, again
 
 
-def test_a_search_runs_end_to_end_on_the_pool(cluster: Any, tmp_path: Path, fake_openai: Any) -> None:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "lib.py").write_text(LIB)
-    torch.manual_seed(0)
-    x, b = torch.randn(256, 1024), torch.randn(1024)
-    inputs = root / ".maxcode" / "inputs" / "lib.chain"
-    inputs.mkdir(parents=True)
-    torch.save({"signature": signature((x, b)), "sets": [[x, b]]}, inputs / "w0.pt")
+def test_a_search_runs_end_to_end_on_the_pool(cluster: Any, chain_root: Path, tmp_path: Path, fake_openai: Any) -> None:
     replies = itertools.cycle([code_reply(BROKEN), code_reply(WRONG), code_reply(GOOD)])
     fake_openai.respond_with(lambda body: next(replies))
-    settings = options.load_settings({"executor": "ray", "strategy": "best-of-n", "k": 3, "budget": 3}, None)
-    settings.update(llm=fake_openai.spec("local-model"), llm_concurrency=1)
-    target = TargetInfo("lib.chain", "lib", "chain", root / "lib.py", "function", "cpp")
     with Store(tmp_path / "maxcode.db") as store:
-        service = make_service(settings, root, store.path)
-        try:
-            run_id = store.begin_run("test", "0")
-            result = search_target(target, [inputs / "w0.pt"], root, settings, store=store, run_id=run_id,
-                                   progress=lambda m: None, llm=service)
-        finally:
-            service.close()
+        result = run_search(chain_root, store, fake_openai.spec("local-model"), executor="ray", strategy="best-of-n", k=3, budget=3)
         evaluated = list(store.evaluations("lib.chain"))
     assert result.error is None, result.error
     statuses = [n.verdict.status for n in result.state.trajectory]
