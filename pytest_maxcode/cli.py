@@ -175,8 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--observations", default=",".join(OBSERVATIONS), metavar="LIST",
                         help=f"comma-separated observation settings (default {','.join(OBSERVATIONS)})")
     ablate.add_argument("--reranks", default="none", metavar="LIST", help="comma-separated rerank settings: none, light, llm (default none)")
-    ablate.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds per setting (default 3)")
-    ablate.add_argument("--budget", type=int, default=8, metavar="N", help="evaluations per target in every run (default 8)")
+    ablate.add_argument("--seeds", type=options.positive_int, default=3, metavar="N", help="seeds per setting (default 3)")
+    ablate.add_argument("--budget", type=options.positive_int, default=8, metavar="N", help="evaluations per target in every run (default 8)")
     ablate.add_argument("--llm", metavar="SPEC", help="the model, as --maxcode-llm; replay:DIR replays the cassettes of --record DIR")
     ablate.add_argument("--record", metavar="DIR", help="record each run's model replies to DIR/<run>.jsonl")
     ablate.add_argument("--out", metavar="DIR", help="where the table, plot and run reports go (default .maxcode/ablation/<time>/)")

@@ -22,6 +22,16 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * scale)
 
 
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return v
+
+
 def positive_float(text: str) -> float:
     try:
         v = float(text)

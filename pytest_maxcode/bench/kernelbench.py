@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
-from ..options import positive_float
+from ..options import positive_float, positive_int
 from .problems import Problem, find_problems, scaled_source
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "")
@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument("--llm", metavar="SPEC", help="search with this model (spelled like --maxcode-llm); default: the built-in policy")
     p.add_argument("--strategy", metavar="NAME", help="the search strategy (default: maxcode with a model, sweep without)")
-    p.add_argument("--budget", type=int, default=4, metavar="N", help="search: candidates evaluated per problem (default 4)")
+    p.add_argument("--budget", type=positive_int, default=4, metavar="N", help="search: candidates evaluated per problem (default 4)")
     p.add_argument("--time-budget", type=positive_float, default=0.5, metavar="SECONDS", help="timing per candidate (default 0.5)")
     p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline (its compilation is slow on CPUs)")
     p.add_argument("--out", metavar="DIR", help="work folder and results (default .maxcode/bench/kernelbench-<time>/)")
@@ -219,8 +219,6 @@ def run(ns: argparse.Namespace) -> int:
     generations = Path(ns.generations) if ns.generations else None
     if generations is not None and not generations.is_dir():
         raise MaxcodeError(f"--generations {generations}: no such folder")
-    if ns.budget < 1:
-        raise MaxcodeError("--budget must be at least 1")
     out = Path(ns.out) if ns.out else Path.cwd() / ".maxcode" / "bench" / f"kernelbench-{time.strftime('%Y%m%d-%H%M%S')}"
     work = out / "problems"
     device = ns.device

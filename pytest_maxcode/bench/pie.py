@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import MaxcodeError
-from ..options import positive_float
+from ..options import positive_float, positive_int
 
 DESCRIPTION = (
     "PIE (Learning Performance-Improving Code Edits): compile each pair's slow C++ program and its "
@@ -73,29 +73,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the column holding the slow program (default src_code)")
     parser.add_argument("--cxxflags", default=DEFAULT_CXXFLAGS, metavar="FLAGS",
                         help=f"g++ flags, one string (default {DEFAULT_CXXFLAGS!r}; write --cxxflags='-O2 ...')")
-    parser.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+    parser.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, metavar="N",
                         help="parallel compiles, checks and instruction counts (default: cores); "
                              "wall-clock timing always runs one program at a time")
     parser.add_argument("--cache", metavar="DIR", help="compiled programs, by source hash (default .maxcode/pie-cache)")
     parser.add_argument("--timeout", type=positive_float, default=10.0, metavar="S",
                         help="seconds per test case run (default 10; x%d under valgrind)" % VALGRIND_SLOWDOWN)
-    parser.add_argument("--repeats", type=_positive_int, default=3, metavar="N",
+    parser.add_argument("--repeats", type=positive_int, default=3, metavar="N",
                         help="timed runs of each test suite after one warm-up, median taken (default 3)")
     parser.add_argument("--timer", choices=("wall", "instructions"), default="wall",
                         help="wall: median wall time, source and candidate interleaved; instructions: "
                              "valgrind callgrind's deterministic instruction count, one run each")
     parser.add_argument("--json", metavar="PATH", help="the JSON result (default .maxcode/bench/pie-<time>.json)")
     parser.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return v
 
 
 # ---------------------------------------------------------------- pure parts: outputs and metrics

@@ -20,7 +20,6 @@ from .prompts import PromptContext, build_request, parse_reply
 from .state import Proposal, SearchState
 from .strategy import Ask
 
-
 SAMPLES_PER_SEED = 10_000
 
 
