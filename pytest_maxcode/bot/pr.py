@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
+from ..targets.accept import EXTENSIONS
+from ..targets.lock import KERNELS_DIR
 from . import pr_body
 from .github import error
 
@@ -168,7 +170,7 @@ class Bot:
 
         source, kernel_hash = _kernel(t, self.root)
         branch = branch_for(t["id"])
-        kernel_path = f"maxcode_kernels/{t['id']}{ {'cuda': '.cu', 'cpp': '.cpp'}.get(t['best']['lang'], '.py') }"
+        kernel_path = f"{KERNELS_DIR}/{t['id']}{EXTENSIONS[t['best']['lang']]}"  # where apply_target writes it
         title = pr_body.title(t, self.report.get("machine") or {})
         text = pr_body.body(t, self.report, source=source, kernel_path=kernel_path, kernel_hash=kernel_hash, branch=branch)
         if self.dry_run:

@@ -107,8 +107,7 @@ class LLMCritic:
         except LLMUnavailable as e:
             self.unavailable = str(e)
             return rule
-        if resp.source != "cache":
-            self.budget.charge(llm_calls=1, tokens=resp.tokens, cost_usd=resp.cost_usd)
+        self.budget.charge_reply(resp)
         diagnosis, steps = parse_critique(resp.text)
         if not diagnosis:
             rule.critic = f"rules (the critic's reply had no DIAGNOSIS: line; {self.label})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 KINDS = ("evaluations", "llm_calls", "tokens", "cost_usd", "time_s")
 WHAT = {
@@ -72,6 +73,11 @@ class Budget:
     def charge(self, **amounts: float) -> None:
         for m in self._meters:
             m.charge(**amounts)
+
+    def charge_reply(self, resp: Any) -> None:
+        """An LLM reply costs a call, its tokens and its money, unless the response cache served it."""
+        if resp.source != "cache":
+            self.charge(llm_calls=1, tokens=resp.tokens, cost_usd=resp.cost_usd)
 
     def exhausted(self) -> str | None:
         for m in self._meters:

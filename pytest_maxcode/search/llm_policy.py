@@ -88,8 +88,7 @@ class LLMPolicy:
         except LLMUnavailable as e:
             self.unavailable = str(e)
             return None
-        if resp.source != "cache":
-            self.budget.charge(llm_calls=1, tokens=resp.tokens, cost_usd=resp.cost_usd)
+        self.budget.charge_reply(resp)
         return resp
 
     def _proposal(self, ask: Ask, mode: str, request: Any, resp: Any) -> Proposal:

@@ -92,8 +92,7 @@ class LLMScorer(TopM):
             resp = self.service.complete(request, run_id=self.run_id, target_id=self.target_id)
         except LLMUnavailable:
             return -math.inf
-        if resp.source != "cache":
-            self.budget.charge(llm_calls=1, tokens=resp.tokens, cost_usd=resp.cost_usd)
+        self.budget.charge_reply(resp)
         self.replies.append(resp.text)
         return parse_score(resp.text)
 
