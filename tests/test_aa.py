@@ -95,6 +95,6 @@ def test_a_real_speedup_is_confirmed_and_quotes_the_second_measurement(tmp_path:
     assert r.returncode == 0, r.stderr
     (v,) = r.verdicts
     assert v["status"] == "faster", v["reasons"]
-    assert "confirmed in a second worker" in v["reasons"][0]
+    assert "confirmed by a second measurement in a fresh worker" in v["reasons"][0]
     assert v["diagnostics"]["screening"]["speedup"] > 2.0
     assert v["speedup"] > 2.0 and v["speedup_ci"][0] > 1.05

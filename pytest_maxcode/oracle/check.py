@@ -372,19 +372,9 @@ class Oracle:
         The first run only selects; reporting the second one's numbers also keeps the
         winner's curse out of the speedups a search ranks and a pull request quotes.
         """
-        again = Verdict(first.candidate, "runtime_error", hash=first.hash, format=first.format, lang=first.lang)
-        again.compile_s, again.weak_check = first.compile_s, first.weak_check
-        again.diagnostics = {k: v for k, v in first.diagnostics.items() if k == "build"}
+        again = second_measurement(first)
         self._run(cand, built, again)
-        again.eval_s = round((first.eval_s or 0.0) + (again.eval_s or 0.0), 4)
-        again.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons}
-        if again.status == "faster":
-            again.reasons = [f"{again.reasons[0]}, confirmed in a second worker (the first measured {first.reasons[0]})"]
-        elif again.status == "not_faster":
-            again.reasons = [f"{again.reasons[0]} when measured again in a fresh worker (the first run's {first.reasons[0]} did not repeat)"]
-        else:
-            again.reasons = [f"on a second run in a fresh worker: {r}" for r in again.reasons]
-        return again
+        return confirmed(first, again, "in a fresh worker")
 
     def _job(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> dict[str, Any]:
         c = self.config
@@ -552,16 +542,42 @@ class Oracle:
         self._decide(v, stats.speedup(per))
 
     def _decide(self, v: Verdict, sp: Any) -> None:
-        v.speedup = round(sp.point, 4)
-        v.speedup_ci = [round(sp.low, 4), round(sp.high, 4)]
-        v.diagnostics["device"] = self.device
-        v.diagnostics["timer"] = self.config.timer
-        if sp.faster(self.config.min_speedup):
-            v.status = "faster"
-            v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] clears {self.config.min_speedup}"]
-        else:
-            v.status = "not_faster"
-            v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] does not clear {self.config.min_speedup}"]
+        decide(v, sp, self.config.min_speedup, device=self.device, timer=self.config.timer)
+
+
+def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str) -> None:
+    """The timed verdict: faster only when the interval (and each half of the run) clears the bar."""
+    v.speedup = round(sp.point, 4)
+    v.speedup_ci = [round(sp.low, 4), round(sp.high, 4)]
+    v.diagnostics["device"] = device
+    v.diagnostics["timer"] = timer
+    if sp.faster(min_speedup):
+        v.status = "faster"
+        v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] clears {min_speedup}"]
+    else:
+        v.status = "not_faster"
+        v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] does not clear {min_speedup}"]
+
+
+def second_measurement(first: Verdict) -> Verdict:
+    """A blank verdict for confirming ``first``: same candidate, same build facts."""
+    again = Verdict(first.candidate, "runtime_error", hash=first.hash, format=first.format, lang=first.lang)
+    again.compile_s, again.weak_check = first.compile_s, first.weak_check
+    again.diagnostics = {k: v for k, v in first.diagnostics.items() if k == "build"}
+    return again
+
+
+def confirmed(first: Verdict, again: Verdict, where: str) -> Verdict:
+    """The second measurement is the verdict; the first stays in the diagnostics as screening."""
+    again.eval_s = round((first.eval_s or 0.0) + (again.eval_s or 0.0), 4)
+    again.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons}
+    if again.status == "faster":
+        again.reasons = [f"{again.reasons[0]}, confirmed by a second measurement {where} (the first measured {first.reasons[0]})"]
+    elif again.status == "not_faster":
+        again.reasons = [f"{again.reasons[0]} when measured again {where} (the first run's {first.reasons[0]} did not repeat)"]
+    else:
+        again.reasons = [f"on a second run {where}: {r}" for r in again.reasons]
+    return again
 
 
 def _memory_related(reasons: list[str]) -> bool:
