@@ -319,16 +319,19 @@ def load_pairs(path: Path, source_key: str, candidate_key: str | None, generatio
 
 
 def load_tests(root: Path, problem_id: str) -> list[TestCase]:
+    return tests_in(root / problem_id, f"problem {problem_id}")
+
+
+def tests_in(folder: Path, label: str) -> list[TestCase]:
     """PIE's public test layout: input.<k>.txt with its output.<k>.txt, in order of k."""
-    folder = root / problem_id
     indices = sorted(int(m.group(1)) for p in folder.glob("input.*.txt") if (m := re.fullmatch(r"input\.(\d+)\.txt", p.name)))
     if not indices:
-        raise MaxcodeError(f"problem {problem_id}: no test cases ({folder}/input.<k>.txt)")
+        raise MaxcodeError(f"{label}: no test cases ({folder}/input.<k>.txt)")
     tests = []
     for k in indices:
         expected = folder / f"output.{k}.txt"
         if not expected.is_file():
-            raise MaxcodeError(f"problem {problem_id}: {folder}/input.{k}.txt has no output.{k}.txt")
+            raise MaxcodeError(f"{label}: {folder}/input.{k}.txt has no output.{k}.txt")
         tests.append(TestCase(k, folder / f"input.{k}.txt", expected.read_text(encoding="utf-8", errors="replace")))
     return tests
 
@@ -392,16 +395,33 @@ class SuiteFailure(Exception):
     """A program failed a test case; the message is the reason shown in the table."""
 
 
-def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path) -> tuple[str | None, str, float]:
+@dataclass(frozen=True)
+class Sandbox:
+    """What an untrusted program runs under: an environment, and resource limits set on its pid
+    as soon as it starts (a pre-exec hook would cost a full fork, milliseconds per run, and
+    would blur the timings)."""
+
+    env: dict[str, str] | None = None
+    limits: Callable[[int], None] | None = None
+
+
+def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
+                sandbox: Sandbox | None = None) -> tuple[str | None, str, float]:
     """Run with stdin from a file, stdout capped; returns (failure or None, stdout, wall seconds).
 
     The program gets its own process group so a timeout kills whatever it started too.
     """
+    box = sandbox or Sandbox()
     with open(stdin, "rb") as f:
         start = time.perf_counter()
         proc = subprocess.Popen(list(cmd), stdin=f, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                cwd=cwd, start_new_session=True)
+                                cwd=cwd, start_new_session=True, env=box.env)
     try:
+        if box.limits is not None:
+            try:
+                box.limits(proc.pid)
+            except (ProcessLookupError, PermissionError):  # it already exited
+                pass
         failure, out = _collect(proc, start + timeout)
         seconds = time.perf_counter() - start
     finally:
@@ -459,9 +479,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
-def run_case(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path) -> float:
+def run_case(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> float:
     """One checked run: the wall seconds, or SuiteFailure naming the test case and what went wrong."""
-    failure, out, seconds = run_program(cmd, test.input, timeout, cwd)
+    failure, out, seconds = run_program(cmd, test.input, timeout, cwd, sandbox)
     if failure is None and (diff := first_difference(out, test.expected)) is not None:
         failure = f"wrong output ({diff})"
     if failure:
@@ -474,14 +494,14 @@ def run_suite(binary: Path, tests: Sequence[TestCase], timeout: float, cwd: Path
     return sum(run_case([str(binary)], t, timeout, cwd) for t in tests)
 
 
-def count_instructions(binary: Path, tests: Sequence[TestCase], timeout: float, cwd: Path) -> int:
+def count_instructions(binary: Path, tests: Sequence[TestCase], timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> int:
     """Instructions over the whole test suite under callgrind: deterministic, so one run suffices."""
     total = 0
     with tempfile.TemporaryDirectory(dir=cwd) as tmp:
         for t in tests:
             out = Path(tmp) / f"callgrind.{t.index}.out"
             cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary)]
-            run_case(cmd, t, timeout * VALGRIND_SLOWDOWN, cwd)
+            run_case(cmd, t, timeout * VALGRIND_SLOWDOWN, cwd, sandbox)
             try:
                 total += parse_callgrind(out.read_text())
             except (OSError, ValueError) as e:
