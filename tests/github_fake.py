@@ -52,6 +52,7 @@ import time
 import traceback
 import urllib.parse
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import github
@@ -844,3 +845,18 @@ def fake_github() -> Iterator[FakeGitHub]:
     srv.reset()
     if errors:
         pytest.fail("fake GitHub server raised:\n" + "\n".join(errors))
+
+
+def checkout_with_origin(work: Path, origin: Path, message: str) -> Any:
+    """``work`` as a git checkout of its files, committed by a human on ``main`` and pushed to a
+    bare repository at ``origin``: what ``maxcode pr`` runs in."""
+    import git
+
+    (work / ".gitignore").write_text(".maxcode/\n__pycache__/\n*.json\n")
+    git.Repo.init(origin, bare=True, initial_branch="main")
+    repo = git.Repo.init(work, initial_branch="main")
+    repo.git.add("--all")
+    human = git.Actor("A Human", "human@example.com")
+    repo.index.commit(message, author=human, committer=human)
+    repo.create_remote("origin", str(origin)).push("main:main")
+    return repo

@@ -45,13 +45,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("bot")
     work, origin = tmp / "work", tmp / "origin.git"
     shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns(".maxcode", "maxcode.lock", "__pycache__"))
-    (work / ".gitignore").write_text(".maxcode/\n__pycache__/\n*.json\n")
-    git.Repo.init(origin, bare=True, initial_branch="main")
-    repo = git.Repo.init(work, initial_branch="main")
-    repo.git.add("--all")
-    human = git.Actor("A Human", "human@example.com")
-    repo.index.commit("the library", author=human, committer=human)
-    repo.create_remote("origin", str(origin)).push("main:main")
+    github_fake.checkout_with_origin(work, origin, "the library")
     r = subprocess.run([sys.executable, "-m", "pytest", "--maxcode", "-q", "-p", "no:cacheprovider", "--maxcode-budget=2",
                         "--maxcode-json=report.json"], cwd=work, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
