@@ -1,4 +1,5 @@
-"""Applying a report: each verified best kernel into ``maxcode_kernels/`` and ``maxcode.lock``.
+"""Applying a report: each verified best kernel into ``maxcode_kernels/`` and ``maxcode.lock``,
+and each verified program rewrite over the program's source.
 
 Only ``verified`` targets are applied: faster with a strong check, and the user's own
 tests passed with the kernel active.
@@ -6,10 +7,13 @@ tests passed with the kernel active.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
+from .errors import MaxcodeError
 from .targets.accept import accept
+from .targets.lock import KERNELS_DIR, LOCK_NAME
 
 
 def apply_report(report: dict[str, Any], root: Path) -> list[str]:
@@ -19,22 +23,44 @@ def apply_report(report: dict[str, Any], root: Path) -> list[str]:
         if t.get("status") != "verified" or not t.get("best"):
             lines.append(f"{t.get('id')}: not applied ({t.get('status')}: {t.get('reason', '')})")
             continue
+        if is_program(t):
+            try:
+                changed = apply_target(t, root)
+            except MaxcodeError as e:
+                lines.append(f"{t['id']}: not applied: {e}")
+                continue
+            done = "rewrote" if changed else "already has the rewrite in"
+            lines.append(f"{t['id']}: {done} {t['reference']['file']} ({t['speedup']:.3g}x)")
+            continue
         entry = apply_target(t, root)
         lines.append(f"{t['id']}: applied {entry.kernel} ({t['speedup']:.3g}x) to maxcode.lock")
     return lines
 
 
+def is_program(t: dict[str, Any]) -> bool:
+    return bool((t.get("reference") or {}).get("program"))
+
+
+def written_paths(t: dict[str, Any]) -> list[str]:
+    """What applying ``t`` writes, relative to the project root (what the bot commits)."""
+    return [t["reference"]["file"]] if is_program(t) else [KERNELS_DIR, LOCK_NAME]
+
+
 def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None) -> Any:
     """Write one verified target's kernel and lock entry under ``root``; the kernel source is
     read from ``source_root`` (where the run wrote its report; default ``root``), so the bot can
-    apply into a fresh worktree of the base branch."""
+    apply into a fresh worktree of the base branch. A program target's rewrite replaces the
+    program's source instead (True when that changed the file)."""
     best, ref = t["best"], t["reference"]
+    kernel_source = ((source_root or root) / best["source_path"]).read_text()
+    if is_program(t):
+        return _rewrite_program(root / ref["file"], ref["file"], ref["hash"], kernel_source)
     return accept(
         root,
         target_id=t["id"],
         reference_file=root / ref["file"],
         qualname=ref["qualname"],
-        kernel_source=((source_root or root) / best["source_path"]).read_text(),
+        kernel_source=kernel_source,
         lang=best["lang"],
         device=t.get("device", "cpu"),
         arch=t.get("arch", ""),
@@ -44,3 +70,19 @@ def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None)
         outputs=t.get("outputs", {}),
         returns=t.get("returns"),
     )
+
+
+def _rewrite_program(path: Path, name: str, searched_hash: str, text: str) -> bool:
+    """Replace the program atomically, only if it is still the program the search started from."""
+    try:
+        current = path.read_text()
+    except OSError:
+        raise MaxcodeError(f"{name} is gone; run pytest --maxcode again") from None
+    if current == text:
+        return False
+    if hashlib.sha256(current.encode()).hexdigest() != searched_hash:
+        raise MaxcodeError(f"{name} changed since the search; run pytest --maxcode again to optimize the new version")
+    tmp = path.with_name(f".{path.name}.maxcode-tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return True

@@ -204,7 +204,7 @@ def cmd_apply(ns: argparse.Namespace) -> int:
     lines = apply_report(report, root)
     for line in lines:
         print(line)
-    return 0 if any(": applied " in line for line in lines) else 1
+    return 0 if any(": applied " in line or ": rewrote " in line for line in lines) else 1
 
 
 def cmd_status(ns: argparse.Namespace) -> int:

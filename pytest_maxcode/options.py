@@ -187,6 +187,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "prices": None,  # {"model": {"input": USD/Mtok, "output": ..., "cache_write": ..., "cache_read": ...}}
     "qd": None,  # the qd strategy's staged schedule: {stages = [...], targets = {GLOB = {stages = [...]}}}
     "regressions": None,  # maxcode compare: {threshold = 0.1, thresholds = {GLOB = 0.25}}
+    "programs": None,  # C++ program targets: {NAME = {source = "a.cpp", testcases = "DIR", ...}}
 }
 
 POSITIVE_INTS = ("budget", "k", "rerank_top", "depth", "width", "llm_calls", "tokens", "run_budget", "run_llm_calls", "run_tokens",
@@ -242,6 +243,10 @@ def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]
         from .search.strategies.qd import parse_stages
 
         parse_stages(out["qd"])
+    if out["programs"] is not None and pyproject is not None:
+        from .targets.program import parse_programs
+
+        parse_programs(out["programs"], pyproject.parent)
     if out["observation"] is not None:
         from .search.observation import parse_observation
 

@@ -33,6 +33,7 @@ class MaxcodeSession:
         self.report_paths: dict[str, Path] = {}
         self._say_lock = threading.Lock()
         self._oracle_lock = threading.Lock()
+        from .errors import MaxcodeError
         from .llm import make_critic_service, make_scorer_service, make_service
         from .store import default_path
 
@@ -44,6 +45,13 @@ class MaxcodeSession:
 
         self.policy_name, self.strategy_name = search_names(settings, has_llm=self.llm is not None)
         self._check_strategy()
+        from .targets.program import parse_programs
+
+        try:
+            programs = parse_programs(settings.get("programs"), self.root)
+        except ValueError as e:
+            raise MaxcodeError(str(e)) from None
+        self.programs = [p for p in programs if self._selected(p.id)]
         for handle in list(REGISTRY.values()):
             self._maybe_attach(handle)
         ON_REGISTER.append(self._maybe_attach)
@@ -104,8 +112,9 @@ class MaxcodeSession:
         started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         targets = []
         if exitstatus not in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
-            for cap in self.recorder.targets.values():
-                targets.append(_skipped(cap, "the test session failed; maxcode optimizes only behind a green test suite"))
+            why = "the test session failed; maxcode optimizes only behind a green test suite"
+            targets = [_skipped(cap.handle.id, why, cap.callers) for cap in self.recorder.targets.values()]
+            targets += [_skipped(p.id, why, []) for p in self.programs]
         else:
             targets = self._optimize_all()
         self.report = {
@@ -147,11 +156,14 @@ class MaxcodeSession:
             run_id = store.begin_run("pytest --maxcode", __version__)
         run_meter = Meter(run_limits(self.settings), "per run")
 
-        def one(item: tuple[str, TargetCapture]) -> dict[str, Any]:
+        def one(item: tuple[str, Any]) -> dict[str, Any]:
             with Store(path) as store:  # one connection per thread
-                return self._optimize(item[1], files.get(item[0], []), store, run_id, run_meter)
+                if isinstance(item[1], TargetCapture):
+                    return self._optimize(item[1], files.get(item[0], []), store, run_id, run_meter)
+                return self._optimize_program(item[1], store, run_id, run_meter)
 
-        items = sorted(self.recorder.targets.items())
+        items: list[tuple[str, Any]] = sorted(self.recorder.targets.items())
+        items += sorted((p.id, p) for p in self.programs)
         try:
             with ThreadPoolExecutor(max_workers=max(1, min(self.settings["parallel_targets"] or 1, len(items) or 1))) as pool:
                 out = list(pool.map(one, items))
@@ -170,20 +182,20 @@ class MaxcodeSession:
 
         h = cap.handle
         if h.options.inplace and h.kind == "module":
-            return _skipped(cap, "inplace=True is for functions that write into their tensor arguments, not nn.Modules")
+            return _skipped(cap.handle.id, "inplace=True is for functions that write into their tensor arguments, not nn.Modules", cap.callers)
         if h.kind == "module" and h.options.inputs is not None:
-            return _skipped(cap, "inputs= is for plain functions; an nn.Module target is optimized on the calls its tests make")
+            return _skipped(cap.handle.id, "inputs= is for plain functions; an nn.Module target is optimized on the calls its tests make", cap.callers)
         qualname = h.owner.__qualname__ if h.owner is not None else h.reference.__qualname__
         module_name = h.owner.__module__ if h.owner is not None else h.reference.__module__
         if "<locals>" in qualname or h.source_file is None:
-            return _skipped(cap, "defined inside a function: a worker cannot import it")
+            return _skipped(cap.handle.id, "defined inside a function: a worker cannot import it", cap.callers)
         if (h.options.lang == "cuda" or self.settings["device"] == "cuda") and not _cuda_available():
-            return _skipped(cap, "lang='cuda' needs a CUDA device, and this machine has none")
+            return _skipped(cap.handle.id, "lang='cuda' needs a CUDA device, and this machine has none", cap.callers)
         if h.options.inputs is not None:
             captured = captured + [self._declared_inputs(cap)]
         if not captured:
             why = "no test called it and it has no inputs=" if not cap.calls else "no call could be captured (" + ", ".join(cap.skipped) + ")"
-            return _skipped(cap, why)
+            return _skipped(cap.handle.id, why, cap.callers)
         o = h.options
         info = TargetInfo(h.id, module_name, qualname, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget, o.inplace)
         self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
@@ -192,11 +204,47 @@ class MaxcodeSession:
             hook=self.config.hook, llm=self.llm, run_meter=run_meter, oracle_lock=self._oracle_lock, critic_llm=self.critic_llm,
             scorer_llm=self.scorer_llm,
         )
-        entry = _target_report(result, cap, self.root, store)
+        entry = _target_report(result, cap.handle.id, cap.callers, self.root, store)
+        entry["kind"] = h.kind
         if entry["status"] == "faster":
             with self._oracle_lock:  # the re-run benchmarks time too
                 entry.update(self._verify(result, cap, entry))
         return entry
+
+    def _optimize_program(self, program: Any, store: Any, run_id: int, run_meter: Any = None) -> dict[str, Any]:
+        from .search.loop import search_program
+
+        if program.id in self.recorder.targets:
+            return _skipped(program.id, f"a marked Python target is also called {program.id}; rename [tool.maxcode.programs.{program.id}]", [])
+        self._say(f"{program.id}: program {program.source}, test cases in {program.testcases}")
+        result = search_program(
+            program, self.root, self.settings, store=store, run_id=run_id, progress=self._say, hook=self.config.hook, llm=self.llm,
+            run_meter=run_meter, oracle_lock=self._oracle_lock, critic_llm=self.critic_llm, scorer_llm=self.scorer_llm,
+        )
+        entry = _target_report(result, program.id, [w["name"] for w in result.workloads], self.root, store)
+        entry["kind"] = "program"
+        entry["reference"] = {"program": True, "file": program.source.as_posix(), "testcases": program.testcases.as_posix(),
+                              "hash": _sha256(result.state.reference_source)}
+        if entry["status"] == "faster":
+            with self._oracle_lock:
+                entry.update(self._verify_program(program, entry))
+        return entry
+
+    def _verify_program(self, program: Any, entry: dict[str, Any]) -> dict[str, Any]:
+        """The written rewrite, compiled afresh, on every test case once more: what apply and the bot ship."""
+        from .oracle.program import rerun_test_cases
+
+        best = entry["best"]
+        self._say(f"{program.id}: re-running its test cases with {Path(best['source_path']).name}")
+        passed, summary = rerun_test_cases(program, self.root, (self.root / best["source_path"]).read_text())
+        tests = {"rerun": entry["tests"]["rerun"], "passed": passed, "summary": summary}
+        verified = passed and not entry["weak_check"]
+        reason = entry["reason"]
+        if not passed:
+            reason = f"the program's test cases did not pass on a fresh build: {summary}"
+        elif entry["weak_check"]:
+            reason = "weak check: the test cases could not tell a program that prints the expected output from a real one"
+        return dict(tests=tests, verified=verified, status="verified" if verified else "not_verified", reason=reason)
 
     def _declared_inputs(self, cap: TargetCapture) -> Path:
         import torch
@@ -229,13 +277,19 @@ class MaxcodeSession:
         return dict(checked, verified=verified, status=status, reason=reason)
 
 
-def _skipped(cap: TargetCapture, reason: str) -> dict[str, Any]:
+def _skipped(target_id: str, reason: str, rerun: list[str]) -> dict[str, Any]:
     return {
-        "id": cap.handle.id, "status": "skipped", "reason": reason, "speedup": None, "speedup_ci": None,
+        "id": target_id, "status": "skipped", "reason": reason, "speedup": None, "speedup_ci": None,
         "verified": False, "weak_check": False, "baseline_s": None, "best_s": None, "workloads": [],
         "candidates": {"tried": 0, "correct": 0, "faster": 0, "failed": {}}, "best": None,
-        "tests": {"rerun": cap.callers, "passed": None, "summary": ""}, "benchmarks": [], "trajectory": [], "elapsed_s": 0.0,
+        "tests": {"rerun": rerun, "passed": None, "summary": ""}, "benchmarks": [], "trajectory": [], "elapsed_s": 0.0,
     }
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _cuda_available() -> bool:
@@ -253,13 +307,13 @@ def _machine(device: str) -> dict[str, Any]:
     return {k: fp[k] for k in ("host", "cpu", "cores", "torch", "device", "gpu") if k in fp}
 
 
-def _target_report(result: Any, cap: TargetCapture, root: Path, store: Any = None) -> dict[str, Any]:
+def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Any = None) -> dict[str, Any]:
     """The report entry for one searched target (verification fills in the rest)."""
     from .oracle.build import cuda_arch
     from .report.tree import curves_by_strategy
 
     state = result.state
-    entry = _skipped(cap, "")
+    entry = _skipped(target_id, "", rerun)
     failed: dict[str, int] = {}
     trajectory = []
     best_so_far: float | None = None
@@ -316,7 +370,7 @@ def _target_report(result: Any, cap: TargetCapture, root: Path, store: Any = Non
     ]
     kernels = root / ".maxcode" / "reports" / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)
-    path = kernels / f"{cap.handle.id}{EXT[p.spec.lang]}"
+    path = kernels / f"{target_id}{EXT[p.spec.lang]}"
     path.write_text(p.spec.text)
     entry.update(
         speedup=v.speedup, speedup_ci=v.speedup_ci, weak_check=v.weak_check, baseline_s=v.reference_s, best_s=v.candidate_s,

@@ -103,7 +103,7 @@ class Bot:
         to the bot's branch; False when applying it changes nothing (already on the base)."""
         import git
 
-        from ..apply import apply_target
+        from ..apply import apply_target, written_paths
 
         repo = self._git()
         base = self.base
@@ -117,7 +117,7 @@ class Bot:
             try:
                 wt = git.Repo(tmp)
                 apply_target(t, Path(tmp) / sub, source_root=self.root)
-                wt.git.add("--all", "--", str(sub / "maxcode_kernels"), str(sub / "maxcode.lock"))
+                wt.git.add("--all", "--", *(str(sub / path) for path in written_paths(t)))
                 if not wt.index.diff("HEAD"):
                     return False
                 actor = git.Actor(*self.author)
@@ -168,9 +168,11 @@ class Bot:
     def _one(self, repo: Any, owner: str, t: dict[str, Any]) -> Outcome:
         import github
 
+        from ..apply import is_program, written_paths
+
         source, kernel_hash = _kernel(t, self.root)
         branch = branch_for(t["id"])
-        kernel_path = f"{KERNELS_DIR}/{t['id']}{EXTENSIONS[t['best']['lang']]}"  # where apply_target writes it
+        kernel_path = written_paths(t)[0] if is_program(t) else f"{KERNELS_DIR}/{t['id']}{EXTENSIONS[t['best']['lang']]}"
         title = pr_body.title(t, self.report.get("machine") or {})
         text = pr_body.body(t, self.report, source=source, kernel_path=kernel_path, kernel_hash=kernel_hash, branch=branch)
         if self.dry_run:

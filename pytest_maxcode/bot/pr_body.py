@@ -34,9 +34,26 @@ def _device(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
     return "CPU"
 
 
+def _program(t: Mapping[str, Any]) -> bool:
+    return bool((t.get("reference") or {}).get("program"))
+
+
 def title(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
-    lang = LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
+    lang = "C++ program" if _program(t) else LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
     return f"⚡ Speed up {t['id']} {t['speedup']:.2g}x ({lang}, {_device(t, machine)})"
+
+
+def _what(t: Mapping[str, Any], lang: str, kernel_path: str, ref: Mapping[str, Any]) -> str:
+    """The opening paragraph: what was found, how it was checked, and what the change does."""
+    if _program(t):
+        return (f"pytest-maxcode rewrote the C++ program `{kernel_path}`, ran the rewrite on the program's test cases "
+                f"(`{ref.get('testcases', '?')}`: each input on stdin, the output compared with the expected one; lines equal, "
+                "or numbers within 1e-3), and timed both programs interleaved, test case by test case. This pull request "
+                "replaces the program's source with the rewrite.")
+    return (f"pytest-maxcode found a {LANG_NAMES.get(lang, lang)} kernel for `{t['id']}` (`{ref.get('file', '?')}`), "
+            "checked it against the original on the inputs your tests pass it, re-ran your tests with it active, "
+            f"and timed both interleaved in one process. The kernel is `{kernel_path}`; `maxcode.lock` routes calls to it "
+            "for the input signatures it was checked on, and everything else still runs the original.")
 
 
 
@@ -54,10 +71,7 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
         marker(t["id"], kernel_hash),
         f"## ⚡ `{t['id']}` is {t['speedup']:.3g}x faster",
         "",
-        f"pytest-maxcode found a {LANG_NAMES.get(lang, lang)} kernel for `{t['id']}` (`{ref.get('file', '?')}`), "
-        "checked it against the original on the inputs your tests pass it, re-ran your tests with it active, "
-        f"and timed both interleaved in one process. The kernel is `{kernel_path}`; `maxcode.lock` routes calls to it "
-        "for the input signatures it was checked on, and everything else still runs the original.",
+        _what(t, lang, kernel_path, ref),
         "",
         "| workload | original | optimized | speedup (95% CI) |",
         "|---|---:|---:|---:|",
@@ -77,7 +91,7 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
                        f"{fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
     tests = t.get("tests") or {}
     rerun = tests.get("rerun") or []
-    out += ["", "### Tests re-run with the kernel active", "",
+    out += ["", "### Test cases re-run on a fresh build of the rewrite" if _program(t) else "### Tests re-run with the kernel active", "",
             f"{'✅' if tests.get('passed') else '❌'} {tests.get('summary', '')}"
             + (f"; the kernel was called {tests['kernel_calls']} time(s)" if tests.get("kernel_calls") else "")]
     if rerun:
@@ -96,12 +110,13 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
                 f"stopped because {search.get('stop_reason', '?')}",
                 f"- {search.get('llm_calls', 0)} LLM call(s), {search.get('tokens', 0)} tokens, ${float(search.get('cost_usd') or 0):.4f}"]
     shown = source if len(source) <= MAX_SOURCE_CHARS else source[:MAX_SOURCE_CHARS] + "\n... (truncated; the file is in this PR)"
-    out += ["", f"<details><summary>Kernel source: <code>{kernel_path}</code> ({source.count(chr(10)) + 1} lines)</summary>", "",
+    what = "The rewritten program" if _program(t) else "Kernel source"
+    out += ["", f"<details><summary>{what}: <code>{kernel_path}</code> ({source.count(chr(10)) + 1} lines)</summary>", "",
             f"```{FENCES.get(lang, '')}", shown.rstrip(), "```", "", "</details>"]
     out += ["", "### Check it yourself", "", "```",
             f"git fetch origin {branch} && git checkout {branch}",
-            "maxcode status          # the kernel is active for this machine",
-            f"pytest {' '.join(rerun[:3]) if rerun else ''}".rstrip() + "          # your tests, with the kernel",
+            *([] if _program(t) else ["maxcode status          # the kernel is active for this machine",
+                                      f"pytest {' '.join(rerun[:3]) if rerun else ''}".rstrip() + "          # your tests, with the kernel"]),
             f"pytest --maxcode --maxcode-target='{t['id']}'   # search and verify again here",
             "```", "", "<sub>Opened by pytest-maxcode. Closing this PR without merging keeps this kernel from being proposed again.</sub>"]
     return "\n".join(out) + "\n"

@@ -93,7 +93,8 @@ class LLMPolicy:
 
     def _proposal(self, ask: Ask, mode: str, request: Any, resp: Any) -> Proposal:
         code, error = parse_reply(resp.text, self.ctx.fmt, self.ctx.lang, self.ctx.entry)
-        spec = materialize(self.out_dir, code, self.ctx.lang, "llm") if code is not None else None
+        fmt = "program" if self.ctx.fmt == "program" else None
+        spec = materialize(self.out_dir, code, self.ctx.lang, "llm", fmt) if code is not None else None
         # a scripted reply (a test server's, not a model's) says so wherever it is stored
         origin = f"{self.service.client.provider}:{resp.model}" if resp.scripted else self.origin
         return Proposal(

@@ -112,7 +112,7 @@ class HookedProposer:
         for result in self.hook.pytest_maxcode_propose(target=self.target, state=state, asks=asks):
             for item in result or []:
                 if isinstance(item, str):
-                    item = Proposal(materialize(self.out_dir, item, self.lang, "plugin"), "plugin")
+                    item = Proposal(materialize(self.out_dir, item, self.lang, "plugin", "program" if self.target.kind == "program" else None), "plugin")
                 offered.append(item)
         offered = offered[: len(asks)]
         for p, ask in zip(offered, asks):
@@ -153,14 +153,12 @@ def search_target(
 ) -> SearchResult:
     start = time.monotonic()
     reference_norm = normalized_source_in_file(target.source_file, target.qualname) or ""
-    state = SearchState(target.id, reference_source=reference_norm)
     min_speedup = target.min_speedup or settings["min_speedup"]
     device = settings["device"] or ("cuda" if target.lang == "cuda" else "cpu")
     config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup, inplace=target.inplace)
     if reference is None:  # a marked target; a KernelBench problem brings its own (get_init_inputs, get_inputs)
         instance = captured[0].parent / "module.pt" if target.kind == "module" else None
         reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
-    lock = oracle_lock if oracle_lock is not None else contextlib.nullcontext()
     import torch
 
     from ..targets.dispatch import _arg_class, arg_key
@@ -176,16 +174,7 @@ def search_target(
             "arg_keys": [arg_key(s) for s in data["sets"]],
             "layout": [list(_arg_class(v)) for v in data["sets"][0]],
         })
-    state.workloads = workloads
-    policy_name, strategy_name = search_names(settings, has_llm=llm is not None)
-    result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name)
-    budget = Budget(target_limits(target, settings), run_meter)
-    settings = dict(settings, _value_dir=root / ".maxcode" / "value")
-    try:
-        strategy = _make_strategy(strategy_name, settings, hook, scorer_llm=scorer_llm, target_id=target.id, budget=budget, run_id=run_id)
-    except MaxcodeError as e:
-        result.error, result.stop_reason = str(e), "the search could not start"
-        return result
+    policy_name, _ = search_names(settings, has_llm=llm is not None)
     builtin = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True))) if policy_name == "builtin" else None
     hint = [p.spec for p in builtin.pending()] if builtin is not None else []
     oracle_kw: dict[str, Any] = dict(
@@ -201,7 +190,101 @@ def search_target(
                            targets_at_once=settings.get("parallel_targets") or 1, **oracle_kw)
     else:
         oracle = Oracle(reference, config, root, **oracle_kw)
-    oracle.eval_key = evaluation_key(config, [w["signature"] for w in workloads], reference_norm)
+
+    def prepared() -> None:
+        for w, wl in zip(workloads, oracle.workloads):
+            w["n_sets"] = len(wl.expected)
+            w["weak"] = wl.weak
+            w["outputs"] = [] if target.inplace else [[list(t.shape), str(t.dtype).replace("torch.", "")] for t in wl.expected[0]]
+            w["returns"] = wl.returns
+
+    return _search(Setup(target, device, config, reference_norm, workloads, oracle, prepared, builtin), root, settings, start,
+                   store=store, run_id=run_id, progress=progress, hook=hook, llm=llm, run_meter=run_meter, oracle_lock=oracle_lock,
+                   critic_llm=critic_llm, scorer_llm=scorer_llm)
+
+
+def search_program(
+    program: Any,
+    root: Path,
+    settings: dict[str, Any],
+    *,
+    store: Any,
+    run_id: int | None,
+    progress: Callable[[str], None],
+    hook: Any = None,
+    llm: Any = None,
+    run_meter: Meter | None = None,
+    oracle_lock: Any = None,
+    critic_llm: Any = None,
+    scorer_llm: Any = None,
+) -> SearchResult:
+    """A C++ program target (``[tool.maxcode.programs]``) through the same strategies, policies,
+    budgets and store; its oracle runs the program's test cases instead of a Python reference."""
+    from ..oracle.program import ProgramOracle, program_config, workload_signatures
+
+    start = time.monotonic()
+    target = program_info(program, root)
+    config = program_config(program, target.min_speedup or settings["min_speedup"])
+    oracle = ProgramOracle(program, config, root, store=store, run_id=run_id, progress=progress)
+    workloads: list[dict[str, Any]] = []
+    policy_name, _ = search_names(settings, has_llm=llm is not None)
+    builtin = BuiltinPolicy(target, root, "cpu") if policy_name == "builtin" else None
+    if settings.get("executor") == "ray":
+        progress(f"{target.id}: program targets are checked on this machine; --maxcode-executor=ray applies to Python targets")
+
+    def prepared() -> None:
+        cases = [w.case for w in oracle.workloads]
+        for w, sig in zip(oracle.workloads, workload_signatures(cases)):
+            workloads.append({"name": w.name, "captured": str(w.case.input), "signature": w.signature, "key": sig,
+                              "preview": _preview(w.case.input), "n_sets": 1, "weak": w.weak, "arg_keys": [], "layout": []})
+
+    return _search(Setup(target, "cpu", config, oracle.source_text, workloads, oracle, prepared, builtin), root, settings, start,
+                   store=store, run_id=run_id, progress=progress, hook=hook, llm=llm, run_meter=run_meter, oracle_lock=oracle_lock,
+                   critic_llm=critic_llm, scorer_llm=scorer_llm)
+
+
+def program_info(program: Any, root: Path) -> TargetInfo:
+    return TargetInfo(program.id, "", "main", root / program.source, "program", "cpp", min_speedup=program.min_speedup, budget=program.budget)
+
+
+def _preview(path: Path, lines: int = 4, chars: int = 300) -> str:
+    """The start of a test input, so a model sees its format and size."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        head = f.read(chars + 1)
+    out = "\n".join(head.splitlines()[:lines])
+    return out[:chars] + (" ..." if len(head) > chars or head.count("\n") > lines else "")
+
+
+@dataclass
+class Setup:
+    """What differs between a Python target and a program: the oracle and its workloads."""
+
+    target: TargetInfo
+    device: str
+    config: CheckConfig
+    reference_norm: str  # the reference's code as the evaluation key sees it
+    workloads: list[dict[str, Any]]
+    oracle: Any
+    prepared: Callable[[], None]  # fills in the workloads once the oracle has run the reference
+    builtin: BuiltinPolicy | None
+
+
+def _search(setup: Setup, root: Path, settings: dict[str, Any], start: float, *, store: Any, run_id: int | None,
+            progress: Callable[[str], None], hook: Any, llm: Any, run_meter: Meter | None, oracle_lock: Any, critic_llm: Any,
+            scorer_llm: Any) -> SearchResult:
+    target, oracle, workloads, builtin, device = setup.target, setup.oracle, setup.workloads, setup.builtin, setup.device
+    state = SearchState(target.id, reference_source=setup.reference_norm)
+    state.workloads = workloads
+    lock = oracle_lock if oracle_lock is not None else contextlib.nullcontext()
+    policy_name, strategy_name = search_names(settings, has_llm=llm is not None)
+    result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name)
+    budget = Budget(target_limits(target, settings), run_meter)
+    settings = dict(settings, _value_dir=root / ".maxcode" / "value")
+    try:
+        strategy = _make_strategy(strategy_name, settings, hook, scorer_llm=scorer_llm, target_id=target.id, budget=budget, run_id=run_id)
+    except MaxcodeError as e:
+        result.error, result.stop_reason = str(e), "the search could not start"
+        return result
     policy: Any = None
     try:
         try:
@@ -209,17 +292,14 @@ def search_target(
             with lock:
                 oracle.prepare()
             result.timings["setup_s"] += time.monotonic() - t0
-            for w, wl in zip(workloads, oracle.workloads):
-                w["n_sets"] = len(wl.expected)
-                w["weak"] = wl.weak
-                w["outputs"] = [] if target.inplace else [[list(t.shape), str(t.dtype).replace("torch.", "")] for t in wl.expected[0]]
-                w["returns"] = wl.returns
-            policy = builtin or _make_policy(policy_name, target, root, device, settings, hook, llm, budget, run_id, workloads, result)
+            setup.prepared()
+            oracle.eval_key = evaluation_key(setup.config, [w.get("key") or w["signature"] for w in workloads], setup.reference_norm)
+            build = " ".join(["g++", *(setup.config.cxxflags or [])]) if target.kind == "program" else ""
+            policy = builtin or _make_policy(policy_name, target, root, device, settings, hook, llm, budget, run_id, workloads, result, build)
             if hook is not None:
                 policy = HookedProposer(hook, policy, target, candidates_dir(root, target.id), _native_lang(target, device))
             strategy.initialize(state, policy, StrategyParams(k=settings.get("k") or 4, depth=settings.get("depth"), width=settings.get("width") or 2))
-            critic = _make_critic(critic_llm, target, "py" if settings.get("format") == "compat" else _native_lang(target, device),
-                                  settings, budget, run_id)
+            critic = _make_critic(critic_llm, target, _candidate_lang(target, device, settings), settings, budget, run_id)
             result.critic = critic.label
             result.stop_reason = _run(strategy, policy, state, oracle, budget, store, run_id, target, hook, lock, progress, result,
                                       llm is not None and builtin is None, critic)
@@ -239,6 +319,12 @@ def search_target(
         result.llm_calls, result.tokens, result.cost_usd = int(totals["api_calls"]), int(totals["tokens"]), float(totals["cost_usd"])
     result.elapsed_s = time.monotonic() - start
     return result
+
+
+def _candidate_lang(target: TargetInfo, device: str, settings: dict[str, Any]) -> str:
+    if target.kind != "program" and settings.get("format") == "compat":
+        return "py"
+    return _native_lang(target, device)
 
 
 def _make_strategy(name: str, settings: dict[str, Any], hook: Any, *, scorer_llm: Any = None, target_id: str = "",
@@ -284,15 +370,15 @@ def _make_critic(service: Any, target: TargetInfo, lang: str, settings: dict[str
 
     if service is None:
         return RuleCritic()
-    from .prompts import reference_text
+    from .prompts import target_reference_text
 
-    return LLMCritic(service, reference=reference_text(target.source_file, target.qualname), lang=lang, run_id=run_id,
+    return LLMCritic(service, reference=target_reference_text(target), lang=lang, run_id=run_id,
                      target_id=target.id, budget=budget, thinking_tokens=settings.get("critic_thinking_tokens") or 0,
                      concurrency=settings.get("llm_concurrency") or 4)
 
 
 def _make_policy(name: str, target: TargetInfo, root: Path, device: str, settings: dict[str, Any], hook: Any, llm: Any,
-                 budget: Budget, run_id: int | None, workloads: list[dict[str, Any]], result: SearchResult) -> Proposer:
+                 budget: Budget, run_id: int | None, workloads: list[dict[str, Any]], result: SearchResult, build: str = "") -> Proposer:
     if hook is not None:
         found = hook.pytest_maxcode_policy(name=name, target=target, settings=settings)
         if found is not None:
@@ -303,19 +389,19 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
         raise MaxcodeError("--maxcode-policy=llm needs a model: set --maxcode-llm (anthropic:MODEL, openai:MODEL@URL, replay:PATH) or ANTHROPIC_API_KEY")
     from .llm_policy import LLMPolicy
     from .observation import parse_observation
-    from .prompts import PromptContext, reference_text
+    from .prompts import PromptContext, target_reference_text
 
-    fmt = settings.get("format") or "native"
-    lang = "py" if fmt == "compat" else _native_lang(target, device)
-    entry = "maxcode_run" if fmt == "native" else ("ModelNew" if target.kind == "module" else target.qualname.split(".")[-1])
+    fmt = "program" if target.kind == "program" else settings.get("format") or "native"
+    lang = _candidate_lang(target, device, settings)
+    entry = {"native": "maxcode_run", "program": "main"}.get(fmt) or ("ModelNew" if target.kind == "module" else target.qualname.split(".")[-1])
     observation = settings.get("observation") or "trajectory+best"
     try:
         parts = parse_observation(observation)
     except ValueError as e:
         raise MaxcodeError(f"--maxcode-observation: {e}") from None
     ctx = PromptContext(
-        target_id=target.id, kind=target.kind, reference_source=reference_text(target.source_file, target.qualname),
-        fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device),
+        target_id=target.id, kind=target.kind, reference_source=target_reference_text(target),
+        fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device), build=build,
         atol=target.atol, rtol=target.rtol, max_tokens=settings.get("max_tokens") or 8192,
         temperature=1.0 if settings.get("temperature") is None else settings["temperature"],
         thinking_tokens=settings.get("thinking_tokens") or 0,

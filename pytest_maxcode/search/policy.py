@@ -2,7 +2,8 @@
 
 It proposes, in order, the user's hand-written seed kernels from
 ``maxcode_kernels/seeds/<target-id>/`` (each expanded over its declared tunable
-parameters) and ``torch.compile`` variants of the reference as compat candidates.
+parameters) and ``torch.compile`` variants of the reference as compat candidates; for a
+program target, the seeds and then rewrites of the program itself (``program_variants``).
 
 A seed declares parameters on one line, anywhere in the file::
 
@@ -118,8 +119,9 @@ def compile_candidate_text(target_id: str, module: str, qualname: str, kind: str
 EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
 
 
-def materialize(out_dir: Path, text: str, lang: str, stem: str) -> CandidateSpec:
-    """A candidate's file, named by its content so equal sources share one file."""
+def materialize(out_dir: Path, text: str, lang: str, stem: str, fmt: str | None = None) -> CandidateSpec:
+    """A candidate's file, named by its content so equal sources share one file. ``fmt`` is
+    "program" for a whole C++ program; else the language decides (Python: compat, else native)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = out_dir / f"{stem}-{digest}{EXT[lang]}"
@@ -127,7 +129,7 @@ def materialize(out_dir: Path, text: str, lang: str, stem: str) -> CandidateSpec
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)
         tmp.replace(path)
-    return CandidateSpec(path, "compat" if lang == "py" else "native", lang, text)
+    return CandidateSpec(path, fmt or ("compat" if lang == "py" else "native"), lang, text)
 
 
 def candidates_dir(root: Path, target_id: str) -> Path:
@@ -168,6 +170,7 @@ class BuiltinPolicy:
     def proposals(self) -> list[Proposal]:
         out: list[Proposal] = []
         seeds = self.root / "maxcode_kernels" / "seeds" / self.target.id
+        program = self.target.kind == "program"
         if seeds.is_dir():
             for seed in sorted(seeds.iterdir()):
                 ext = seed.suffix.lower()
@@ -180,8 +183,13 @@ class BuiltinPolicy:
                 else:
                     continue
                 for text, params in expand(seed.read_text(), ext):
-                    spec = materialize(self.out_dir, text, lang, seed.stem)
+                    spec = materialize(self.out_dir, text, lang, seed.stem, "program" if program else None)
                     out.append(Proposal(spec, f"seed:{seed.name}", params))
+        if program:
+            from .program_variants import program_variants
+
+            for stem, text, params in program_variants(self.target.source_file.read_text(errors="replace")):
+                out.append(Proposal(materialize(self.out_dir, text, "cpp", stem, "program"), f"rewrite:{stem}", params))
         # an nn.Module captured from tests has trained or random weights a ModelNew cannot rebuild;
         # a KernelBench problem's are rebuilt from get_init_inputs() under the same seed
         if (self.target.kind == "function" or self.target.problem) and self.torch_compile:

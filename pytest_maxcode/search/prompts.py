@@ -40,6 +40,21 @@ Write ONE Python file that defines {entry} with the same call signature and resu
 reference. It may use torch and build C++/CUDA code with torch.utils.cpp_extension.load_inline.
 Do not modify the inputs."""
 
+PROGRAM = """\
+Write ONE complete C++17 program, with its own `int main`, that reads the same standard input
+and writes the same standard output as the reference, for every valid input.
+- Its output must match each test case's expected output: the same lines, tokens equal, or
+  numbers within 1e-3 of each other. A non-zero exit status fails the test case.
+- Standard library only. No files, no network, no threads left running.
+- Built with: {build}"""
+
+PROGRAM_TASK = """\
+You are an expert performance engineer. Your job: make the C++ program below faster on the
+machine described, while producing the same output. Every candidate is compiled, run on the
+program's test cases (each input on stdin, the output compared with the expected one) and
+timed interleaved with the original program; only correct candidates count, and the fastest
+one wins."""
+
 TASK = """\
 You are an expert performance engineer. Your job: make the reference below faster on the
 machine described, while computing the same results (within atol/rtol tolerances on every
@@ -61,9 +76,9 @@ class PromptContext:
     """Everything about a target a prompt states; built once per target."""
 
     target_id: str
-    kind: str  # "function" | "module"
+    kind: str  # "function" | "module" | "program"
     reference_source: str
-    fmt: str  # "native" | "compat"
+    fmt: str  # "native" | "compat" | "program"
     lang: str  # "cpp" | "cuda" | "py"
     entry: str  # maxcode_run, ModelNew or the function's name
     workloads: list[dict[str, Any]] = field(default_factory=list)  # name, signature, outputs
@@ -76,6 +91,8 @@ class PromptContext:
     thinking_tokens: int = 0
 
     def system(self) -> str:
+        if self.fmt == "program":
+            return self._program_system()
         lang_name = {"cpp": "C++17 (CPU)", "cuda": "CUDA C++17", "py": "Python"}[self.lang]
         if self.fmt == "native":
             iface = NATIVE_ABI.format(
@@ -103,6 +120,21 @@ class PromptContext:
             parts.append("# Tolerance\n" + ", ".join(tol))
         parts.append("# Reply format\n" + REPLY.format(tag={"cpp": "cpp", "cuda": "cuda", "py": "python"}[self.lang]))
         return "\n\n".join(parts)
+
+    def _program_system(self) -> str:
+        cases = []
+        for w in self.workloads:
+            cases.append(f"- {w['name']}: {w['signature']}")
+            if w.get("preview"):
+                cases.append(fence(w["preview"], "text"))
+        return "\n\n".join([
+            PROGRAM_TASK,
+            "# Interface\n" + PROGRAM.format(build=self.build or "g++ -O3 --std=c++17"),
+            f"# Reference (program {self.target_id})\n" + fence(self.reference_source, "cpp"),
+            "# Test cases (the start of each input)\n" + ("\n".join(cases) or "- (none)"),
+            "# Device\n" + self._device(),
+            "# Reply format\n" + REPLY.format(tag="cpp"),
+        ])
 
     def _workloads(self) -> str:
         lines = []
@@ -147,7 +179,9 @@ def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mo
                  permitted: tuple[str, ...] | None = None) -> str:
     obs = build_observation(state, parts, parent)
     blocks = []
-    if state.baseline_s:
+    if state.baseline_s and ctx.fmt == "program":
+        blocks.append(f"## Baseline\nThe reference takes {state.baseline_s * 1e3:.2f} ms per test case (median, geometric mean over the test cases).")
+    elif state.baseline_s:
         blocks.append(f"## Baseline\nThe reference takes {state.baseline_s * 1e6:.1f} us per call (median over the workloads).")
     else:
         blocks.append("## Baseline\nNot measured yet: the first correct candidate's run measures the reference.")
@@ -195,6 +229,13 @@ def parse_reply(text: str, fmt: str, lang: str, entry: str) -> tuple[str | None,
     if not with_entry:
         return None, f"the reply's code defines no {entry}"
     return max(with_entry, key=len).rstrip() + "\n", None
+
+
+def target_reference_text(target: Any) -> str:
+    """What a prompt shows as the reference: a program's whole source, or a Python target's definition."""
+    if target.kind == "program":
+        return target.source_file.read_text(errors="replace")
+    return reference_text(target.source_file, target.qualname)
 
 
 def reference_text(path: Any, qualname: str) -> str:

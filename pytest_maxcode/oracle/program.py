@@ -1,0 +1,302 @@
+"""The oracle for program targets: a rewrite of a C++ program against the program itself,
+on the program's test cases, by PIE's rules, with the tensor oracle's statistics.
+
+Correct means every test case's output matches its expected output (PIE's rule: lines
+equal, tokens equal, or numbers within 1e-3). Timing interleaves source and candidate
+test case by test case, round after round (order alternating), so each test case is one
+workload of ``stats.speedup``: the verdict is the same ratio of medians, the same
+bootstrap interval and the same "faster" rule as for kernels, and a "faster" verdict is
+measured a second time before it stands. ``timer = "instructions"`` counts instructions
+under callgrind instead: deterministic, for noisy machines.
+
+Programs run in a scratch folder with a scrubbed environment and resource limits (memory,
+CPU time, file size, no core dumps) set on them as they start; the source gets the same
+treatment, so timings stay fair, and a timed-out program's whole process group is killed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bench import pie
+from ..errors import MaxcodeError
+from ..targets.program import ProgramTarget
+from . import stats
+from .check import CandidateSpec, CheckConfig, confirmed, decide, second_measurement
+from .sandbox import scrubbed_env
+from .verdict import Verdict
+
+MiB = 1 << 20
+
+
+@dataclass
+class TestCaseWorkload:
+    """One test case as a workload: the search and the report treat it like a captured signature."""
+
+    name: str
+    case: pie.TestCase
+    expected: list[str] = field(default_factory=list)  # one "input set": the expected stdout
+    weak: list[str] = field(default_factory=list)
+    returns: str | None = None
+
+    @property
+    def signature(self) -> str:
+        return f"stdin {self.case.input.name} ({self.case.input.stat().st_size} bytes)"
+
+
+def program_config(program: ProgramTarget, min_speedup: float) -> CheckConfig:
+    """The check's settings for a program: what changes its verdicts goes into the evaluation key."""
+    # a round runs every test case once per side, so rounds stop after 0.2 s per case (the kernels' 0.5 s
+    # already gives dozens of rounds of millisecond-scale programs); slow programs still get `rounds`
+    return CheckConfig(device="cpu", min_speedup=min_speedup, timeout=program.timeout, min_rounds=program.rounds,
+                       time_budget=0.2, timer="instructions" if program.timer == "instructions" else "time",
+                       cxxflags=list(program.cxxflags))
+
+
+def workload_signatures(tests: Sequence[pie.TestCase]) -> list[str]:
+    """What a verdict depends on besides the code: the test cases' contents."""
+    return [f"{t.index}:" + hashlib.sha256(t.input.read_bytes() + b"\0" + t.expected.encode()).hexdigest()[:16] for t in tests]
+
+
+class ProgramOracle:
+    """Verifies and times rewrites of one C++ program; the ``Oracle`` interface, without a worker."""
+
+    def __init__(self, program: ProgramTarget, config: CheckConfig, root: Path, *, store: Any = None, run_id: int | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.program = program
+        self.config = config
+        self.root = root
+        self.store = store
+        self.run_id = run_id
+        self.progress = progress or (lambda _msg: None)
+        self.device = "cpu"
+        self.eval_key = config.key()
+        self.cache = root / ".maxcode" / "build" / "programs"
+        self.workloads: list[TestCaseWorkload] = []
+        self.source_text = (root / program.source).read_text(encoding="utf-8", errors="replace")
+        self._source_binary: Path | None = None
+        self._scratch: Path | None = None
+        self._sandbox = pie.Sandbox(env=dict(scrubbed_env(), LC_ALL="C"), limits=self._limits)
+        self._counted: dict[str, list[int]] = {}  # instruction counts per binary (deterministic: counted once)
+
+    @property
+    def timer(self) -> str:
+        return "instructions" if self.config.timer == "instructions" else "wall"
+
+    def _limits(self, pid: int) -> None:
+        """What a runaway program may take: memory, CPU time, file size, no core dumps."""
+        cpu = int(self.config.timeout * (pie.VALGRIND_SLOWDOWN if self.timer == "instructions" else 1)) + 5
+        resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu))
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (64 * MiB, 64 * MiB))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+        if self.config.max_memory and self.timer == "wall":  # valgrind reserves far more address space than it uses
+            resource.prlimit(pid, resource.RLIMIT_AS, (self.config.max_memory, self.config.max_memory))
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start_builds(self, candidates: Sequence[CandidateSpec]) -> None:
+        """Builds are cached by source: ``check`` compiles what is not built yet."""
+
+    def prepare(self) -> None:
+        """The source must compile and pass every one of its own test cases, or nothing can be judged."""
+        p = self.program
+        if shutil.which(pie.CXX) is None:
+            raise MaxcodeError(f"program {p.id}: {pie.CXX} is not on the PATH; program targets are compiled with g++")
+        if self.timer == "instructions" and shutil.which("valgrind") is None:
+            raise MaxcodeError(f"program {p.id}: timer = \"instructions\" needs valgrind on the PATH (apt-get install valgrind)")
+        tests = pie.tests_in(self.root / p.testcases, f"program {p.id}")
+        self._scratch = Path(tempfile.mkdtemp(prefix="maxcode-program-"))
+        self.progress(f"compiling {p.source} and running it on its {len(tests)} test case(s)")
+        build = pie.compile_program(self.source_text, p.cxxflags, self._cache())
+        if build.binary is None:
+            raise MaxcodeError(f"program {p.id}: {p.source} does not compile with g++ {' '.join(p.cxxflags)}: {build.error}")
+        self._source_binary = build.binary
+        self.workloads = [TestCaseWorkload(f"test{t.index}", t, [t.expected]) for t in tests]
+        for w in self.workloads:
+            failure = self._run_case(build.binary, w)[0]
+            if failure is not None:
+                raise MaxcodeError(f"program {p.id}: {p.source} fails its own test case {w.case.input.name}: {failure[1]}; "
+                                   "fix the program or the expected output")
+        if len({tuple(pie.output_lines(w.case.expected)) for w in self.workloads}) < 2:
+            weak = ("every test case expects the same output, so a program that prints it unconditionally would pass"
+                    if len(self.workloads) > 1 else "one test case: a program that prints its expected output would pass")
+            self.workloads[0].weak.append(weak)
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def __enter__(self) -> ProgramOracle:
+        self.prepare()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _cache(self) -> Path:
+        self.cache.mkdir(parents=True, exist_ok=True)
+        return self.cache
+
+    # -- checking ---------------------------------------------------------------------
+
+    def check(self, candidates: Sequence[CandidateSpec]) -> list[Verdict]:
+        self.progress(f"compiling {len(candidates)} program candidate(s)")
+        texts = [c.text for c in candidates]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.config.jobs or os.cpu_count() or 1, len(texts)))) as pool:
+            builds = dict(zip(texts, pool.map(self._compile, texts)))
+        verdicts = []
+        for i, cand in enumerate(candidates, 1):
+            self.progress(f"[{i}/{len(candidates)}] checking {cand.path.name} on {len(self.workloads)} test case(s)")
+            v = self._evaluate(cand, builds[cand.text])
+            self._record(cand, v)
+            verdicts.append(v)
+        return verdicts
+
+    def _compile(self, text: str) -> tuple[pie.Build, float]:
+        t0 = time.monotonic()
+        build = pie.compile_program(text, self.program.cxxflags, self._cache())
+        return build, time.monotonic() - t0
+
+    def _record(self, cand: CandidateSpec, v: Verdict) -> None:
+        if self.store is None:
+            return
+        p = self.program
+        self.store.upsert_target(p.id, "program", str(p.source), hashlib.sha256(self.source_text.encode()).hexdigest())
+        self.store.add_candidate(cand.hash, cand.format, cand.lang, cand.text, origin=str(cand.path))
+        self.store.record_evaluation(run_id=self.run_id, target_id=p.id, config_key=self.eval_key, device="cpu", verdict=v.to_json())
+
+    def _evaluate(self, cand: CandidateSpec, built: tuple[pie.Build, float]) -> Verdict:
+        build, seconds = built
+        v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang)
+        v.compile_s = round(seconds, 4)
+        v.diagnostics["build"] = {"cached": build.cached, "command": " ".join([pie.CXX, *self.program.cxxflags])}
+        weak = [r for w in self.workloads for r in w.weak]
+        v.weak_check = bool(weak)
+        if build.binary is None:
+            v.status, v.reasons = "compile_error", [build.error or "the build failed"]
+            return v
+        start = time.monotonic()
+        for w in self.workloads:  # every test case once, before any timing
+            failure, _ = self._run_case(build.binary, w)
+            if failure is not None:
+                self._fail(v, w, failure)
+                v.eval_s = round(time.monotonic() - start, 4)
+                return v
+        self._time(build.binary, v)
+        if v.status == "faster" and self.timer == "wall":
+            again = second_measurement(v)
+            self._time(build.binary, again)
+            v = confirmed(v, again, "with fresh runs of both programs")
+        v.eval_s = round(time.monotonic() - start, 4)
+        if weak:
+            v.reasons += [f"weak check: {r}" for r in weak]
+        return v
+
+    def _run_case(self, binary: Path, w: TestCaseWorkload) -> tuple[tuple[str, str] | None, float]:
+        """((status, reason) or None, wall seconds) for one run of one test case, its output checked."""
+        assert self._scratch is not None
+        failure, out, seconds = pie.run_program([str(binary)], w.case.input, self.config.timeout, self._scratch, self._sandbox)
+        if failure is not None:
+            return (_status(failure), failure), seconds
+        diff = pie.first_difference(out, w.case.expected)
+        if diff is not None:
+            return ("wrong", f"wrong output ({diff})"), seconds
+        return None, seconds
+
+    def _fail(self, v: Verdict, w: TestCaseWorkload, failure: tuple[str, str], timed: bool = False) -> None:
+        v.status = failure[0]
+        v.reasons = [f"test case {w.case.input.name}{' (in a timed run)' if timed else ''}: {failure[1]}"]
+        if v.status == "wrong":
+            v.diagnostics["mismatch"] = {"test_case": w.case.input.name, "difference": failure[1], "timed": timed}
+
+    def _time(self, binary: Path, v: Verdict) -> None:
+        if self.timer == "instructions":
+            return self._count(binary, v)
+        assert self._source_binary is not None
+        samples: dict[str, tuple[list[float], list[float]]] = {w.name: ([], []) for w in self.workloads}
+        budget = self.config.time_budget * len(self.workloads)
+        start, rounds = time.monotonic(), 0
+        while rounds < self.config.min_rounds or (time.monotonic() - start < budget and rounds < self.config.max_rounds):
+            for w in self.workloads:
+                ref, cand = samples[w.name]
+                order = ((self._source_binary, ref), (binary, cand))
+                for b, into in order if rounds % 2 == 0 else order[::-1]:
+                    failure, seconds = self._run_case(b, w)
+                    if failure is not None:
+                        if b == binary:
+                            return self._fail(v, w, failure, timed=True)
+                        raise MaxcodeError(f"program {self.program.id}: the source failed a timed run of {w.case.input.name}: "
+                                           f"{failure[1]} (is it deterministic?)")
+                    into.append(seconds)
+            rounds += 1
+        wl_diag = {}
+        for w in self.workloads:
+            ref, cand = samples[w.name]
+            sp = stats.speedup([(ref, cand)])
+            wl_diag[w.name] = {"speedup": sp.point, "speedup_ci": [sp.low, sp.high], "reference": stats.summary(ref),
+                               "candidate": stats.summary(cand), "rounds": len(ref), "calls_per_sample": 1}
+        v.reference_s = stats.geomean([d["reference"]["median_s"] for d in wl_diag.values()])
+        v.candidate_s = stats.geomean([d["candidate"]["median_s"] for d in wl_diag.values()])
+        v.diagnostics["workloads"] = wl_diag
+        decide(v, stats.speedup(list(samples.values())), self.config.min_speedup, device="cpu", timer="time")
+
+    def _count(self, binary: Path, v: Verdict) -> None:
+        """Instructions per test case under callgrind, once per binary: the counts do not vary."""
+        assert self._source_binary is not None and self._scratch is not None
+        per = []
+        for b in (self._source_binary, binary):
+            if str(b) not in self._counted:
+                try:
+                    self._counted[str(b)] = [pie.count_instructions(b, [w.case], self.config.timeout, self._scratch, self._sandbox)
+                                             for w in self.workloads]
+                except pie.SuiteFailure as e:
+                    if b != binary:
+                        raise MaxcodeError(f"program {self.program.id}: the source failed under callgrind: {e}") from None
+                    v.status, v.reasons = "runtime_error", [f"under callgrind: {e}"]
+                    return
+            per.append(self._counted[str(b)])
+        v.diagnostics["workloads"] = {w.name: {"reference_instructions": r, "candidate_instructions": c}
+                                      for w, r, c in zip(self.workloads, *per)}
+        v.reference_s = v.candidate_s = None
+        decide(v, stats.speedup([([r], [c]) for r, c in zip(*per)]), self.config.min_speedup, device="cpu", timer="instructions")
+
+
+def rerun_test_cases(program: ProgramTarget, root: Path, text: str) -> tuple[bool, str]:
+    """(passed, summary): ``text`` compiled in a fresh folder (no cache) and run once on every test case."""
+    oracle = ProgramOracle(program, program_config(program, 1.0), root)
+    tests = pie.tests_in(root / program.testcases, f"program {program.id}")
+    with tempfile.TemporaryDirectory(prefix="maxcode-verify-") as tmp:
+        build = pie.compile_program(text, program.cxxflags, Path(tmp))
+        if build.binary is None:
+            return False, f"does not compile: {build.error}"
+        oracle._scratch = Path(tmp)
+        failures = []
+        for t in tests:
+            failure, _ = oracle._run_case(build.binary, TestCaseWorkload(f"test{t.index}", t, [t.expected]))
+            if failure is not None:
+                failures.append(f"{t.input.name}: {failure[1]}")
+    if failures:
+        return False, f"{len(failures)} of {len(tests)} test case(s) failed, first {failures[0]}"
+    return True, f"{len(tests)} of {len(tests)} test cases passed"
+
+
+def _status(failure: str) -> str:
+    """A judge's failure as a verdict status."""
+    if failure.startswith("timed out"):
+        return "timeout"
+    if failure.startswith("killed by"):
+        return "crash"
+    if failure.startswith("output over"):
+        return "rejected"
+    return "runtime_error"

@@ -1,0 +1,286 @@
+"""Program targets: a C++ program declared in ``[tool.maxcode.programs]``, judged on its test
+cases by PIE's rules, searched by the same loop (built-in rewrites, or a model through a scripted
+OpenAI-compatible server on 127.0.0.1), applied over its source, and proposed as a pull request."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import git
+import github_fake
+import pytest
+from github_fake import FAKE_GH_TOKEN
+from llm_fakes import FakeLLMServer, code_reply
+
+from pytest_maxcode.errors import MaxcodeError
+from pytest_maxcode.oracle.check import CandidateSpec
+from pytest_maxcode.oracle.program import ProgramOracle, program_config
+from pytest_maxcode.report import validate
+from pytest_maxcode.search.program_variants import fast_io, program_variants
+from pytest_maxcode.targets.program import ProgramTarget, parse_programs
+
+fake_github = github_fake.fake_github
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="program targets compile with g++")
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "program_project"
+# the bundled example's program: running sums, one line each, flushed line by line
+SLOW = (EXAMPLE / "src" / "prefix_sums.cpp").read_text()
+FAST = fast_io(SLOW)
+WRONG = SLOW.replace("sum += a[i];", "sum += a[i] + (n == 3000 && i == n - 1);")
+BROKEN = SLOW.replace("return 0;", "return 0")
+CRASH = "#include <csignal>\n" + SLOW.replace("return 0;", "std::raise(SIGSEGV); return 0;")
+SAME = "// the same program, another text\n" + SLOW
+HANG = SLOW.replace("return 0;", "for (volatile int spin = 0;;) spin = spin + 1;")
+HOG = SLOW.replace("return 0;", "vector<char> big(384ull << 20, 1); return big[n] - 1;")
+
+PYPROJECT = """\
+[tool.maxcode]
+budget = 3
+
+[tool.maxcode.programs.sums]
+source = "src/sums.cpp"
+testcases = "cases"
+"""
+
+
+def write_cases(folder: Path, sizes: tuple[int, ...] = (2000, 3000, 4000)) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, n in enumerate(sizes, 1):
+        rng = random.Random(k)
+        a = [rng.randint(-999, 999) for _ in range(n)]
+        (folder / f"input.{k}.txt").write_text(f"{n}\n{' '.join(map(str, a))}\n")
+        sums, s = [], 0
+        for x in a:
+            s += x
+            sums.append(str(s))
+        (folder / f"output.{k}.txt").write_text("\n".join(sums) + "\n")
+
+
+def make_project(root: Path, pyproject: str = PYPROJECT) -> Path:
+    (root / "src").mkdir(parents=True, exist_ok=True)
+    (root / "src" / "sums.cpp").write_text(SLOW)
+    write_cases(root / "cases")
+    (root / "pyproject.toml").write_text(pyproject)
+    (root / "test_nothing_python.py").write_text("def test_green():\n    assert True\n")
+    return root
+
+
+def candidate(root: Path, name: str, text: str) -> CandidateSpec:
+    path = root / "candidates" / f"{name}.cpp"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return CandidateSpec(path, "program", "cpp", text)
+
+
+def oracle_for(root: Path, **program: Any) -> ProgramOracle:
+    p = ProgramTarget("sums", Path("src/sums.cpp"), Path("cases"), **program)
+    return ProgramOracle(p, program_config(p, 1.05), root)
+
+
+def run_pytest(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "GITHUB_", "GH_"))}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--maxcode", *args], cwd=root,
+                          capture_output=True, text=True, env=full, timeout=600)
+
+
+# -- the oracle -----------------------------------------------------------------------------
+
+
+def test_the_program_oracle_gives_each_kind_of_candidate_its_verdict(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    specs = [candidate(root, n, t) for n, t in (("fast", FAST), ("wrong", WRONG), ("broken", BROKEN), ("crash", CRASH), ("same", SAME))]
+    with oracle_for(root) as oracle:
+        fast, wrong, broken, crash, same = oracle.check(specs)
+    assert fast.status == "faster", fast.reasons
+    assert "confirmed by a second measurement" in fast.reasons[0] and fast.diagnostics["screening"]["speedup"] > 1.05
+    assert fast.speedup_ci[0] >= 1.05 and fast.candidate_s < fast.reference_s
+    assert sorted(fast.diagnostics["workloads"]) == ["test1", "test2", "test3"]
+    assert all(d["rounds"] >= 5 for d in fast.diagnostics["workloads"].values())
+    # only the second test case has n == 3000: the reason names it and where the output differs
+    assert wrong.status == "wrong" and wrong.reasons[0].startswith("test case input.2.txt: wrong output (line 3000: got ")
+    assert wrong.diagnostics["mismatch"]["test_case"] == "input.2.txt"
+    assert broken.status == "compile_error" and "error" in broken.reasons[0]
+    assert crash.status == "crash" and "SIGSEGV" in crash.reasons[0]
+    assert same.status == "not_faster" and same.speedup_ci[0] < 1.05 < 1.3 > same.speedup
+    assert not any(v.weak_check for v in (fast, wrong, same))
+
+
+def test_runaway_programs_are_stopped_by_the_time_and_memory_limits(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    p = ProgramTarget("sums", Path("src/sums.cpp"), Path("cases"), timeout=1.0)
+    config = program_config(p, 1.05)
+    config.max_memory = 128 << 20
+    with ProgramOracle(p, config, root) as oracle:
+        t0 = time.monotonic()
+        hang, hog = oracle.check([candidate(root, "hang", HANG), candidate(root, "hog", HOG)])
+        took = time.monotonic() - t0
+    assert hang.status == "timeout" and "timed out (> 1s)" in hang.reasons[0]
+    # 384 MiB touched under a 128 MiB limit: std::bad_alloc, terminate, SIGABRT
+    assert hog.status == "crash" and "SIGABRT" in hog.reasons[0]
+    assert took < 20
+    # without the limit the same program passes: the limit, not the program, failed it
+    with oracle_for(root) as oracle:
+        (free,) = oracle.check([candidate(root, "hog", HOG)])
+    assert free.correct
+
+
+def test_a_source_that_fails_its_own_test_cases_stops_with_one_line(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    (root / "cases" / "output.1.txt").write_text("42\n")
+    with pytest.raises(MaxcodeError) as e:
+        oracle_for(root).prepare()
+    assert str(e.value).startswith("program sums: src/sums.cpp fails its own test case input.1.txt: wrong output (line 1: got ")
+    assert str(e.value).endswith("fix the program or the expected output") and "\n" not in str(e.value)
+
+
+def test_one_test_case_makes_a_weak_check(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    for k in (2, 3):
+        (root / "cases" / f"input.{k}.txt").unlink()
+        (root / "cases" / f"output.{k}.txt").unlink()
+    with oracle_for(root) as oracle:
+        (v,) = oracle.check([candidate(root, "fast", FAST)])
+    assert v.weak_check and any("one test case" in r for r in v.reasons)
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_the_instruction_timer_gives_the_same_exact_verdict_every_time(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    for k in (1, 2, 3):  # smaller cases: callgrind runs 50x slower
+        (root / "cases" / f"input.{k}.txt").unlink()
+        (root / "cases" / f"output.{k}.txt").unlink()
+    write_cases(root / "cases", (1000, 1500))
+    # each sum again from the start, through a volatile so no compiler turns it back into one add
+    quadratic = SLOW.replace("sum += a[i];", "volatile long long acc = 0; for (int j = 0; j <= i; j++) acc = acc + a[j]; sum = acc;")
+    (root / "src" / "sums.cpp").write_text(quadratic)
+    verdicts = []
+    for _ in range(2):
+        with oracle_for(root, timer="instructions") as oracle:
+            verdicts.append(oracle.check([candidate(root, "linear", SLOW)])[0])
+    a, b = verdicts
+    assert a.status == b.status == "faster" and a.speedup == b.speedup and a.speedup_ci == [a.speedup, a.speedup]
+    counts = a.diagnostics["workloads"]["test1"]
+    assert counts["reference_instructions"] > counts["candidate_instructions"] > 0
+    assert a.diagnostics["timer"] == "instructions"
+
+
+# -- declaring programs and the built-in rewrites ------------------------------------------
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"p": {"testcases": "cases"}}, '[tool.maxcode.programs.p]: set source = "PATH"'),
+    ({"p": {"source": "src/missing.cpp", "testcases": "cases"}}, "[tool.maxcode.programs.p]: source src/missing.cpp: no such file"),
+    ({"p": {"source": "src/sums.cpp", "testcases": "nowhere"}}, "[tool.maxcode.programs.p]: testcases nowhere: no such folder"),
+    ({"p": {"source": "pyproject.toml", "testcases": "cases"}}, "[tool.maxcode.programs.p]: source pyproject.toml is not a C++ file"),
+    ({"p": {"source": "src/sums.cpp", "testcases": "cases", "timer": "cycles"}}, '[tool.maxcode.programs.p]: timer must be "wall" or "instructions"'),
+    ({"p": {"source": "src/sums.cpp", "testcases": "cases", "timeout": 0}}, "[tool.maxcode.programs.p]: timeout must be a number greater than 0"),
+    ({"p": {"source": "src/sums.cpp", "testcases": "cases", "runs": 3}}, "[tool.maxcode.programs.p]: no setting 'runs' (known: source, testcases,"),
+    ({"a b": {"source": "src/sums.cpp", "testcases": "cases"}}, "[tool.maxcode.programs.a b]: a program's name may use"),
+])
+def test_a_bad_program_declaration_is_one_line_naming_the_key(tmp_path: Path, table: dict, message: str) -> None:
+    make_project(tmp_path)
+    with pytest.raises(ValueError) as e:
+        parse_programs(table, tmp_path)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_bad_declaration_stops_pytest_maxcode_before_the_tests(tmp_path: Path) -> None:
+    make_project(tmp_path, PYPROJECT.replace('testcases = "cases"', 'testcases = "cases"\ntimer = "cycles"'))
+    r = run_pytest(tmp_path)
+    assert r.returncode == 4
+    assert 'ERROR: maxcode: [tool.maxcode.programs.sums]: timer must be "wall" or "instructions"' in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_the_builtin_rewrites() -> None:
+    assert "sync_with_stdio(false)" in FAST and "endl" not in FAST and FAST.count("'\\n'") == 1
+    assert fast_io(FAST) is None  # nothing left to do
+    assert fast_io(SLOW.replace("cout << sum << endl;", 'printf("%lld\\n", sum);')) is None  # mixing stdio: would reorder output
+    assert [stem for stem, _, _ in program_variants(SLOW)] == ["fast-io", "unroll", "fast-io-unroll"]
+    assert [stem for stem, _, _ in program_variants(FAST)] == ["unroll"]
+
+
+# -- pytest --maxcode: search, report, apply, resume ----------------------------------------
+
+
+def test_the_example_program_is_searched_verified_resumed_and_applied(tmp_path: Path) -> None:
+    root = tmp_path / "program_project"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".maxcode", "__pycache__"))
+    r = run_pytest(root, "--maxcode-json=report.json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "1 passed" in r.stdout  # the project's own test ran first
+    report = json.loads((root / "report.json").read_text())
+    assert validate(report) == []
+    (t,) = report["targets"]
+    assert t["id"] == "prefix_sums" and t["kind"] == "program" and t["status"] == "verified", t["reason"]
+    assert t["best"]["origin"].startswith("rewrite:fast-io") and t["speedup"] > 1.05
+    assert t["tests"] == {"rerun": ["test1", "test2", "test3"], "passed": True, "summary": "3 of 3 test cases passed"}
+    cases = root / "testcases" / "prefix_sums"
+    assert [w["signature"] for w in t["workloads"]] == [f"stdin input.{k}.txt ({(cases / f'input.{k}.txt').stat().st_size} bytes)" for k in (1, 2, 3)]
+    assert t["reference"]["file"] == "src/prefix_sums.cpp" and t["candidates"]["tried"] == 3
+    # again: every evaluation comes from the store
+    again = run_pytest(root, "--maxcode-json=again.json")
+    assert again.returncode == 0 and "prefix_sums: evaluating 0 candidate(s), 3 from the store" in again.stdout
+    # apply: the rewrite replaces the program, once
+    source = root / "src" / "prefix_sums.cpp"
+    applied = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "apply", "report.json"], cwd=root, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert f"prefix_sums: rewrote src/prefix_sums.cpp ({t['speedup']:.3g}x)" in applied.stdout
+    assert source.read_text() == (root / t["best"]["source_path"]).read_text()
+    assert not (root / "maxcode.lock").exists()
+    # an edited program is not overwritten by a rewrite of its old version
+    source.write_text(SLOW + "// edited\n")
+    refused = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "apply", "report.json"], cwd=root, capture_output=True, text=True)
+    assert "prefix_sums: not applied: src/prefix_sums.cpp changed since the search" in refused.stdout
+    assert source.read_text().endswith("// edited\n")
+
+
+def test_a_model_writes_program_candidates_from_a_program_prompt(tmp_path: Path) -> None:
+    root = make_project(tmp_path, PYPROJECT.replace("budget = 3", "budget = 2\nk = 2\nllm_concurrency = 1"))
+    with FakeLLMServer("openai") as srv:
+        srv.script(code_reply(FAST, prose="Unsynchronised streams, no flush per line."), "I would rewrite the loop.")
+        r = run_pytest(root, f"--maxcode-llm={srv.spec('qwen-coder')}", "--maxcode-json=report.json")
+        requests = list(srv.requests)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    system = requests[0]["messages"][0]["content"]
+    for needle in ("make the C++ program below faster", "Write ONE complete C++17 program, with its own `int main`",
+                   "# Reference (program sums)", "cout << sum << endl;", "- test2: stdin input.2.txt (",
+                   "Built with: g++ -O3 --std=c++17", "```cpp"):
+        assert needle in system, needle
+    assert "maxcode_run" not in system and "DLTensor" not in system
+    (t,) = json.loads((root / "report.json").read_text())["targets"]
+    statuses = sorted(step["status"] for step in t["trajectory"])
+    assert statuses == ["faster", "format"] and t["status"] == "verified"
+    assert t["best"]["origin"] == "openai:scripted-qwen-coder" and "(scripted replies)" in t["search"]["llm"]
+
+
+def test_maxcode_pr_proposes_the_rewritten_program(tmp_path: Path, fake_github: Any) -> None:
+    work, origin = tmp_path / "work", tmp_path / "origin.git"
+    make_project(work)
+    github_fake.checkout_with_origin(work, origin, "the program")
+    r = run_pytest(work, "--maxcode-json=report.json")
+    assert r.returncode == 0, r.stdout[-3000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GH_"))}
+    env.update(GITHUB_TOKEN=FAKE_GH_TOKEN, GITHUB_API_URL=fake_github.url, MAXCODE_GITHUB_WRITE_INTERVAL="0")
+    pr_run = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "pr", "report.json", "--repo", fake_github.full_name], cwd=work,
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert pr_run.returncode == 0 and pr_run.stdout.startswith("sums: opened "), pr_run.stdout + pr_run.stderr
+    (pr,) = fake_github.pulls.values()
+    assert pr["title"].startswith("⚡ Speed up sums ") and pr["title"].endswith("x (C++ program, CPU)")
+    for needle in ("rewrote the C++ program `src/sums.cpp`", "### Test cases re-run on a fresh build of the rewrite",
+                   "3 of 3 test cases passed", "<details><summary>The rewritten program: <code>src/sums.cpp</code>", "sync_with_stdio(false)"):
+        assert needle in pr["body"], needle
+    assert "maxcode.lock" not in pr["body"]
+    commit = git.Repo(origin).commit("maxcode/optimize-sums")
+    assert list(commit.stats.files) == ["src/sums.cpp"]
+    assert "sync_with_stdio(false)" in (commit.tree / "src/sums.cpp").data_stream.read().decode()
+    assert (work / "src" / "sums.cpp").read_text() == SLOW  # the user's checkout is untouched
