@@ -20,11 +20,13 @@ import pytest
 from github_fake import FAKE_GH_TOKEN
 from llm_fakes import FakeLLMServer, code_reply
 
+from pytest_maxcode.critique import RuleCritic
 from pytest_maxcode.errors import MaxcodeError
 from pytest_maxcode.oracle.check import CandidateSpec
 from pytest_maxcode.oracle.program import ProgramOracle, program_config
 from pytest_maxcode.report import validate
 from pytest_maxcode.search.program_variants import fast_io, program_variants
+from pytest_maxcode.search.state import Node, Proposal
 from pytest_maxcode.targets.program import ProgramTarget, parse_programs
 
 fake_github = github_fake.fake_github
@@ -112,6 +114,11 @@ def test_the_program_oracle_gives_each_kind_of_candidate_its_verdict(tmp_path: P
     assert crash.status == "crash" and "SIGSEGV" in crash.reasons[0]
     assert same.status == "not_faster" and same.speedup_ci[0] < 1.05 < 1.3 > same.speedup
     assert not any(v.weak_check for v in (fast, wrong, same))
+    # the rule critic speaks of programs, test cases and I/O, not of kernels' bandwidth
+    critiques = [RuleCritic().critique(Node(0, Proposal(spec, "test"), v, 0.0, 0, 0)) for spec, v in zip(specs, (fast, wrong))]
+    assert critiques[0].kind == "correct:program" and "I/O" in critiques[0].text()
+    assert critiques[1].kind == "wrong:program-output"
+    assert critiques[1].diagnosis.startswith("The output differs on test case input.2.txt: wrong output (line 3000: got ")
 
 
 def test_runaway_programs_are_stopped_by_the_time_and_memory_limits(tmp_path: Path) -> None:

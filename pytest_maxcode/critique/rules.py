@@ -61,9 +61,24 @@ class RuleCritic:
         if v.status == "rejected":
             return Critique("rejected:harness", f"The harness rejected it: {_first(v.reasons)}.",
                             ["compute every output inside the call from the inputs alone, leave inputs, timers and threads alone"])
+        if v.format == "program":
+            return _program(v)
         if v.status == "wrong":
             return _wrong(v.diagnostics.get("mismatch") or {}, v.reasons)
         return _correct(v.speedup, v.diagnostics)
+
+
+def _program(v: Any) -> Critique:
+    """A whole program judged on test cases: its output differs on one, or it is correct and timed."""
+    if v.status == "wrong":
+        m = v.diagnostics.get("mismatch") or {}
+        return Critique("wrong:program-output", f"The output differs on test case {m.get('test_case', '?')}: {m.get('difference') or _first(v.reasons)}.",
+                        ["trace the program on that input: integer overflow, edge cases (empty, one element), and the exact output format"],
+                        {"test_case": m.get("test_case")})
+    lead = f"Correct, {v.speedup:.3g}x the original program." if v.speedup is not None else "Correct."
+    return Critique("correct:program", lead,
+                    ["cut I/O cost first (unsynchronised streams, no per-line flush, one buffered read and write), then the algorithm's complexity"],
+                    {"speedup": v.speedup})
 
 
 def _first(reasons: list[str], width: int = 200) -> str:
