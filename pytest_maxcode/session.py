@@ -114,7 +114,7 @@ class MaxcodeSession:
         if exitstatus not in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
             why = "the test session failed; maxcode optimizes only behind a green test suite"
             targets = [_skipped(cap.handle.id, why, cap.callers) for cap in self.recorder.targets.values()]
-            targets += [_skipped(p.id, why, []) for p in self.programs]
+            targets += [dict(_skipped(p.id, why, []), kind="program") for p in self.programs]
         else:
             targets = self._optimize_all()
         self.report = {
@@ -215,7 +215,8 @@ class MaxcodeSession:
         from .search.loop import search_program
 
         if program.id in self.recorder.targets:
-            return _skipped(program.id, f"a marked Python target is also called {program.id}; rename [tool.maxcode.programs.{program.id}]", [])
+            why = f"a marked Python target is also called {program.id}; rename [tool.maxcode.programs.{program.id}]"
+            return dict(_skipped(program.id, why, []), kind="program")
         self._say(f"{program.id}: program {program.source}, test cases in {program.testcases}")
         result = search_program(
             program, self.root, self.settings, store=store, run_id=run_id, progress=self._say, hook=self.config.hook, llm=self.llm,

@@ -291,3 +291,14 @@ def test_maxcode_pr_proposes_the_rewritten_program(tmp_path: Path, fake_github: 
     assert list(commit.stats.files) == ["src/sums.cpp"]
     assert "sync_with_stdio(false)" in (commit.tree / "src/sums.cpp").data_stream.read().decode()
     assert (work / "src" / "sums.cpp").read_text() == SLOW  # the user's checkout is untouched
+
+
+def test_a_red_test_suite_leaves_programs_alone(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    (root / "test_nothing_python.py").write_text("def test_red():\n    assert False\n")
+    r = run_pytest(root, "--maxcode-json=report.json")
+    assert r.returncode == 1
+    (t,) = json.loads((root / "report.json").read_text())["targets"]
+    assert (t["id"], t["kind"], t["status"]) == ("sums", "program", "skipped")
+    assert t["reason"] == "the test session failed; maxcode optimizes only behind a green test suite"
+    assert not (root / ".maxcode" / "candidates").exists()
