@@ -11,6 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from ._files import write_atomic
 from .errors import MaxcodeError
 from .targets.accept import accept
 from .targets.lock import KERNELS_DIR, LOCK_NAME
@@ -82,7 +83,5 @@ def _rewrite_program(path: Path, name: str, searched_hash: str, text: str) -> bo
         return False
     if hashlib.sha256(current.encode()).hexdigest() != searched_hash:
         raise MaxcodeError(f"{name} changed since the search; run pytest --maxcode again to optimize the new version")
-    tmp = path.with_name(f".{path.name}.maxcode-tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomic(path, text)
     return True

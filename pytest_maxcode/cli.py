@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import options
+from ._files import write_atomic
 from ._version import __version__
 from .bench.ablation import OBSERVATIONS
 from .errors import MaxcodeError
@@ -605,9 +606,9 @@ def cmd_compare(ns: argparse.Namespace) -> int:
                          threshold=ns.threshold or default, thresholds=per, base_label=ns.base, head_label=ns.head)
     text = cmp.markdown(result)
     if ns.markdown:
-        _write(Path(ns.markdown), text)
+        write_atomic(Path(ns.markdown), text)
     if ns.json:
-        _write(Path(ns.json), json.dumps(result.to_json(), indent=2) + "\n")
+        write_atomic(Path(ns.json), json.dumps(result.to_json(), indent=2) + "\n")
     print(text, end="")
     return 1 if ns.fail_on_regression and result.regressions else 0
 
@@ -637,7 +638,7 @@ def cmd_pr(ns: argparse.Namespace) -> int:
     for o in outcomes:
         print(o.line())
     if ns.urls_file:
-        _write(Path(ns.urls_file), "".join(f"{o.url}\n" for o in outcomes if o.url))
+        write_atomic(Path(ns.urls_file), "".join(f"{o.url}\n" for o in outcomes if o.url))
     if not outcomes:
         print("the report has no targets")
     return 1 if any(o.action == "failed" for o in outcomes) else 0
@@ -656,13 +657,6 @@ def cmd_comment(ns: argparse.Namespace) -> int:
     posted = upsert_comment(gh, _repo_name(ns.repo), ns.pr, body, marker=ns.marker, token=token)
     print(f"{'created' if posted.created else 'updated'} {posted.url}")
     return 0
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

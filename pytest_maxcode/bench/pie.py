@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._files import write_atomic
 from ..errors import MaxcodeError
 from ..options import positive_float, positive_int
 
@@ -616,13 +617,6 @@ def _require_tools(timer: str) -> None:
         raise MaxcodeError("--timer instructions needs valgrind on PATH (apt-get install valgrind), or use --timer wall")
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def run(ns: argparse.Namespace) -> int:
     _require_tools(ns.timer)
     root = Path(ns.testcases)
@@ -662,10 +656,10 @@ def run(ns: argparse.Namespace) -> int:
         "invalid": invalid,
     }
     json_path = Path(ns.json or f".maxcode/bench/pie-{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}.json")
-    _write(json_path, json.dumps(result, indent=2) + "\n")
+    write_atomic(json_path, json.dumps(result, indent=2) + "\n")
     table = markdown_table(result)
     sys.stdout.write(table)
     if ns.markdown:
-        _write(Path(ns.markdown), table)
+        write_atomic(Path(ns.markdown), table)
     sys.stderr.write(f"pie: wrote {json_path}\n")
     return 0

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .._files import write_atomic
+
 
 def _cpu_model() -> str:
     try:
@@ -95,10 +97,7 @@ def _cached(cache_dir: Path, device: str, name: str, measure: Callable[[str], fl
         except (OSError, ValueError):
             pass
     result = {name: measure(device), "machine": fp, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(result, indent=2))
     return result
 
 

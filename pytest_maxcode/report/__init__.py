@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from .._files import write_atomic
 from ._format import SUMMARY_COLUMNS, finite, fmt_cost, fmt_time, machine_line, options_line, search_brief, summary_row
 from ._html import render_html
 from ._markdown import render_markdown
@@ -89,23 +88,6 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder and rename, so a reader never sees half a file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_reports(report: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     """Write ``report.json``, ``summary.md`` and ``report.html`` into ``out_dir`` (created if needed).
 
@@ -122,7 +104,7 @@ def write_reports(report: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     for key, name in REPORT_FILES.items():
         path = out_dir / name
-        _write_atomic(path, texts[key])
+        write_atomic(path, texts[key])
         paths[key] = path
     return paths
 

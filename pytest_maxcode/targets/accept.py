@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from .._files import write_atomic
 from .._version import __version__
 from .decorator import normalized_source_in_file
 from .lock import KERNELS_DIR, LOCK_NAME, LockEntry, read_lock, sha256_text, write_lock
@@ -39,12 +40,8 @@ def accept(
     ref_hash = reference_hash_in_file(reference_file, qualname)
     if ref_hash is None:
         raise ValueError(f"{reference_file}: cannot find {qualname} to hash it")
-    kernels = root / KERNELS_DIR
-    kernels.mkdir(exist_ok=True)
-    kernel = kernels / f"{target_id}{EXTENSIONS[lang]}"
-    tmp = kernel.with_name(f".{kernel.name}.tmp")
-    tmp.write_text(kernel_source)
-    tmp.replace(kernel)
+    kernel = root / KERNELS_DIR / f"{target_id}{EXTENSIONS[lang]}"
+    write_atomic(kernel, kernel_source)
     entry = LockEntry(
         target=target_id,
         reference_hash=ref_hash,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,12 +78,12 @@ def write_lock(path: Path, entries: dict[str, LockEntry]) -> None:
     """Write atomically: a crash mid-write never leaves half a lock file."""
     import tomli_w
 
+    from .._files import write_atomic
+
     doc: dict[str, Any] = {"version": LOCK_VERSION, "targets": {}}
     for target in sorted(entries):
         d = asdict(entries[target])
         d.pop("target")
         extra = d.pop("extra") or {}
         doc["targets"][target] = {**d, **extra}
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text("# Written by pytest-maxcode: the accepted kernels. Commit this file.\n" + tomli_w.dumps(doc))
-    tmp.replace(path)
+    write_atomic(path, "# Written by pytest-maxcode: the accepted kernels. Commit this file.\n" + tomli_w.dumps(doc))
