@@ -104,9 +104,6 @@ class ProgramOracle:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def start_builds(self, candidates: Sequence[CandidateSpec]) -> None:
-        """Builds are cached by source: ``check`` compiles what is not built yet."""
-
     def prepare(self) -> None:
         """The source must compile and pass every one of its own test cases, or nothing can be judged."""
         p = self.program
@@ -114,7 +111,7 @@ class ProgramOracle:
             raise MaxcodeError(f"program {p.id}: {pie.CXX} is not on the PATH; program targets are compiled with g++")
         if self.timer == "instructions" and shutil.which("valgrind") is None:
             raise MaxcodeError(f"program {p.id}: timer = \"instructions\" needs valgrind on the PATH (apt-get install valgrind)")
-        tests = pie.tests_in(self.root / p.testcases, f"program {p.id}")
+        tests = self._tests()
         self._scratch = Path(tempfile.mkdtemp(prefix="maxcode-program-"))
         self.progress(f"compiling {p.source} and running it on its {len(tests)} test case(s)")
         build = pie.compile_program(self.source_text, p.cxxflags, self._cache())
@@ -123,7 +120,7 @@ class ProgramOracle:
         self._source_binary = build.binary
         self.workloads = [TestCaseWorkload(f"test{t.index}", t, [t.expected]) for t in tests]
         for w in self.workloads:
-            failure = self._run_case(build.binary, w)[0]
+            failure = self._run_case(build.binary, w.case)[0]
             if failure is not None:
                 raise MaxcodeError(f"program {p.id}: {p.source} fails its own test case {w.case.input.name}: {failure[1]}; "
                                    "fix the program or the expected output")
@@ -131,6 +128,22 @@ class ProgramOracle:
             weak = ("every test case expects the same output, so a program that prints it unconditionally would pass"
                     if len(self.workloads) > 1 else "one test case: a program that prints its expected output would pass")
             self.workloads[0].weak.append(weak)
+
+    def _tests(self) -> list[pie.TestCase]:
+        return pie.tests_in(self.root / self.program.testcases, f"program {self.program.id}")
+
+    def rerun_test_cases(self, text: str) -> tuple[bool, str]:
+        """(passed, summary): ``text`` compiled in a fresh folder (no cache) and run once on every test case."""
+        tests = self._tests()
+        with tempfile.TemporaryDirectory(prefix="maxcode-verify-") as tmp:
+            build = pie.compile_program(text, self.program.cxxflags, Path(tmp))
+            if build.binary is None:
+                return False, f"does not compile: {build.error}"
+            failures = [f"{t.input.name}: {failure[1]}" for t in tests
+                        if (failure := self._run_case(build.binary, t, Path(tmp))[0]) is not None]
+        if failures:
+            return False, f"{len(failures)} of {len(tests)} test case(s) failed, first {failures[0]}"
+        return True, f"{len(tests)} of {len(tests)} test cases passed"
 
     def close(self) -> None:
         if self._scratch is not None:
@@ -188,7 +201,7 @@ class ProgramOracle:
             return v
         start = time.monotonic()
         for w in self.workloads:  # every test case once, before any timing
-            failure, _ = self._run_case(build.binary, w)
+            failure, _ = self._run_case(build.binary, w.case)
             if failure is not None:
                 self._fail(v, w, failure)
                 v.eval_s = round(time.monotonic() - start, 4)
@@ -203,13 +216,14 @@ class ProgramOracle:
             v.reasons += [f"weak check: {r}" for r in weak]
         return v
 
-    def _run_case(self, binary: Path, w: TestCaseWorkload) -> tuple[tuple[str, str] | None, float]:
+    def _run_case(self, binary: Path, case: pie.TestCase, cwd: Path | None = None) -> tuple[tuple[str, str] | None, float]:
         """((status, reason) or None, wall seconds) for one run of one test case, its output checked."""
-        assert self._scratch is not None
-        failure, out, seconds = pie.run_program([str(binary)], w.case.input, self.config.timeout, self._scratch, self._sandbox)
+        cwd = cwd or self._scratch
+        assert cwd is not None
+        failure, out, seconds = pie.run_program([str(binary)], case.input, self.config.timeout, cwd, self._sandbox)
         if failure is not None:
             return (_status(failure), failure), seconds
-        diff = pie.first_difference(out, w.case.expected)
+        diff = pie.first_difference(out, case.expected)
         if diff is not None:
             return ("wrong", f"wrong output ({diff})"), seconds
         return None, seconds
@@ -232,7 +246,7 @@ class ProgramOracle:
                 ref, cand = samples[w.name]
                 order = ((self._source_binary, ref), (binary, cand))
                 for b, into in order if rounds % 2 == 0 else order[::-1]:
-                    failure, seconds = self._run_case(b, w)
+                    failure, seconds = self._run_case(b, w.case)
                     if failure is not None:
                         if b == binary:
                             return self._fail(v, w, failure, timed=True)
@@ -273,22 +287,8 @@ class ProgramOracle:
 
 
 def rerun_test_cases(program: ProgramTarget, root: Path, text: str) -> tuple[bool, str]:
-    """(passed, summary): ``text`` compiled in a fresh folder (no cache) and run once on every test case."""
-    oracle = ProgramOracle(program, program_config(program, 1.0), root)
-    tests = pie.tests_in(root / program.testcases, f"program {program.id}")
-    with tempfile.TemporaryDirectory(prefix="maxcode-verify-") as tmp:
-        build = pie.compile_program(text, program.cxxflags, Path(tmp))
-        if build.binary is None:
-            return False, f"does not compile: {build.error}"
-        oracle._scratch = Path(tmp)
-        failures = []
-        for t in tests:
-            failure, _ = oracle._run_case(build.binary, TestCaseWorkload(f"test{t.index}", t, [t.expected]))
-            if failure is not None:
-                failures.append(f"{t.input.name}: {failure[1]}")
-    if failures:
-        return False, f"{len(failures)} of {len(tests)} test case(s) failed, first {failures[0]}"
-    return True, f"{len(tests)} of {len(tests)} test cases passed"
+    """The verification of a program target's best rewrite: see ``ProgramOracle.rerun_test_cases``."""
+    return ProgramOracle(program, program_config(program, 1.0), root).rerun_test_cases(text)
 
 
 def _status(failure: str) -> str:
