@@ -71,7 +71,10 @@ def make_project(root: Path, pyproject: str = PYPROJECT) -> Path:
     (root / "src" / "sums.cpp").write_text(SLOW)
     write_cases(root / "cases")
     (root / "pyproject.toml").write_text(pyproject)
-    (root / "test_nothing_python.py").write_text("def test_green():\n    assert True\n")
+    (root / "test_project.py").write_text(
+        "from pathlib import Path\n\n\ndef test_the_program_and_its_cases_are_there():\n"
+        "    assert Path('src/sums.cpp').is_file() and len(list(Path('cases').glob('input.*.txt'))) >= 1\n"
+    )
     return root
 
 
@@ -295,7 +298,7 @@ def test_maxcode_pr_proposes_the_rewritten_program(tmp_path: Path, fake_github: 
 
 def test_a_red_test_suite_leaves_programs_alone(tmp_path: Path) -> None:
     root = make_project(tmp_path)
-    (root / "test_nothing_python.py").write_text("def test_red():\n    assert False\n")
+    (root / "test_project.py").write_text("def test_red():\n    assert 1 + 1 == 3\n")
     r = run_pytest(root, "--maxcode-json=report.json")
     assert r.returncode == 1
     (t,) = json.loads((root / "report.json").read_text())["targets"]
