@@ -36,7 +36,7 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "program_project"
 # the bundled example's program: running sums, one line each, flushed line by line
 SLOW = (EXAMPLE / "src" / "prefix_sums.cpp").read_text()
 FAST = fast_io(SLOW)
-WRONG = SLOW.replace("sum += a[i];", "sum += a[i] + (n == 3000 && i == n - 1);")
+WRONG = SLOW.replace("sum += a[i];", "sum += a[i] + (n == 30000 && i == n - 1);")
 BROKEN = SLOW.replace("return 0;", "return 0")
 CRASH = "#include <csignal>\n" + SLOW.replace("return 0;", "std::raise(SIGSEGV); return 0;")
 SAME = "// the same program, another text\n" + SLOW
@@ -53,7 +53,8 @@ testcases = "cases"
 """
 
 
-def write_cases(folder: Path, sizes: tuple[int, ...] = (2000, 3000, 4000)) -> None:
+def write_cases(folder: Path, sizes: tuple[int, ...] = (20000, 30000, 40000)) -> None:
+    # tens of thousands of lines: the flush per line then outweighs starting the process many times over
     folder.mkdir(parents=True, exist_ok=True)
     for k, n in enumerate(sizes, 1):
         rng = random.Random(k)
@@ -110,8 +111,8 @@ def test_the_program_oracle_gives_each_kind_of_candidate_its_verdict(tmp_path: P
     assert fast.speedup_ci[0] >= 1.05 and fast.candidate_s < fast.reference_s
     assert sorted(fast.diagnostics["workloads"]) == ["test1", "test2", "test3"]
     assert all(d["rounds"] >= 5 for d in fast.diagnostics["workloads"].values())
-    # only the second test case has n == 3000: the reason names it and where the output differs
-    assert wrong.status == "wrong" and wrong.reasons[0].startswith("test case input.2.txt: wrong output (line 3000: got ")
+    # only the second test case has n == 30000: the reason names it and where the output differs
+    assert wrong.status == "wrong" and wrong.reasons[0].startswith("test case input.2.txt: wrong output (line 30000: got ")
     assert wrong.diagnostics["mismatch"]["test_case"] == "input.2.txt"
     assert broken.status == "compile_error" and "error" in broken.reasons[0]
     assert crash.status == "crash" and "SIGSEGV" in crash.reasons[0]
@@ -121,7 +122,7 @@ def test_the_program_oracle_gives_each_kind_of_candidate_its_verdict(tmp_path: P
     critiques = [RuleCritic().critique(Node(0, Proposal(spec, "test"), v, 0.0, 0, 0)) for spec, v in zip(specs, (fast, wrong))]
     assert critiques[0].kind == "correct:program" and "I/O" in critiques[0].text()
     assert critiques[1].kind == "wrong:program-output"
-    assert critiques[1].diagnosis.startswith("The output differs on test case input.2.txt: wrong output (line 3000: got ")
+    assert critiques[1].diagnosis.startswith("The output differs on test case input.2.txt: wrong output (line 30000: got ")
 
 
 def test_runaway_programs_are_stopped_by_the_time_and_memory_limits(tmp_path: Path) -> None:

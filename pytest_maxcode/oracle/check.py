@@ -166,6 +166,7 @@ class Oracle:
         return [
             "valgrind",
             "--tool=callgrind",
+            "--instr-atstart=no",
             "--collect-atstart=no",
             "--dump-instr=no",
             "--dump-line=no",
@@ -242,7 +243,7 @@ class Oracle:
             # one thread: a waiting thread's spin loop would otherwise count as work
             self.zygote.env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
             self._timer_job.update(callgrind_shim=str(shim.library), callgrind_dir=str(cg_dir))
-            self.progress("starting the worker under valgrind (importing torch there takes a minute or two)")
+            self.progress("starting the worker under valgrind (uninstrumented until the first measured call; importing torch there takes 20 s or more)")
         self.zygote.launch()  # its torch import overlaps with ours
         import torch
 

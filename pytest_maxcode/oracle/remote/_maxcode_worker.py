@@ -686,6 +686,7 @@ class _Callgrind:
         self.lib.maxcode_cg_dump.argtypes = [ctypes.c_char_p]
         if not self.lib.maxcode_cg_running():
             raise CandidateError("runtime_error", "--timer instructions: the worker is not running under valgrind")
+        self.lib.maxcode_cg_start()  # a no-op when already instrumenting
         self.prefix = os.path.join(out_dir, f"cg.{os.getpid()}.")
         self.dumps = 0
 
