@@ -176,6 +176,12 @@ class MaxcodeSession:
                 store.finish_run(run_id)
         return out
 
+    def _search_context(self, store: Any, run_id: int, run_meter: Any) -> Any:
+        from .search.loop import SearchContext
+
+        return SearchContext(store, run_id, self._say, hook=self.config.hook, llm=self.llm, run_meter=run_meter,
+                             oracle_lock=self._oracle_lock, critic_llm=self.critic_llm, scorer_llm=self.scorer_llm)
+
     def _optimize(self, cap: TargetCapture, captured: list[Path], store: Any, run_id: int, run_meter: Any = None) -> dict[str, Any]:
         from .search.loop import search_target
         from .search.policy import TargetInfo
@@ -199,11 +205,7 @@ class MaxcodeSession:
         o = h.options
         info = TargetInfo(h.id, module_name, qualname, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget, o.inplace)
         self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
-        result = search_target(
-            info, captured, self.root, self.settings, store=store, run_id=run_id, progress=self._say,
-            hook=self.config.hook, llm=self.llm, run_meter=run_meter, oracle_lock=self._oracle_lock, critic_llm=self.critic_llm,
-            scorer_llm=self.scorer_llm,
-        )
+        result = search_target(info, captured, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, cap.handle.id, cap.callers, self.root, store)
         entry["kind"] = h.kind
         if entry["status"] == "faster":
@@ -218,10 +220,7 @@ class MaxcodeSession:
             why = f"a marked Python target is also called {program.id}; rename [tool.maxcode.programs.{program.id}]"
             return dict(_skipped(program.id, why, []), kind="program")
         self._say(f"{program.id}: program {program.source}, test cases in {program.testcases}")
-        result = search_program(
-            program, self.root, self.settings, store=store, run_id=run_id, progress=self._say, hook=self.config.hook, llm=self.llm,
-            run_meter=run_meter, oracle_lock=self._oracle_lock, critic_llm=self.critic_llm, scorer_llm=self.scorer_llm,
-        )
+        result = search_program(program, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, program.id, [w["name"] for w in result.workloads], self.root, store)
         entry["kind"] = "program"
         entry["reference"] = {"program": True, "file": program.source.as_posix(), "testcases": program.testcases.as_posix(),

@@ -21,7 +21,7 @@ from llm_fakes import code_reply
 from conftest import DATA
 from pytest_maxcode import options
 from pytest_maxcode.llm import make_critic_service, make_scorer_service, make_service
-from pytest_maxcode.search.loop import search_target
+from pytest_maxcode.search.loop import SearchContext, search_target
 from pytest_maxcode.search.policy import TargetInfo
 from pytest_maxcode.store import Store
 from pytest_maxcode.targets.capture import signature
@@ -94,10 +94,8 @@ def run_search(root: Path, store: Store, llm_spec: str | None, **overrides: Any)
     scorer = make_scorer_service(settings, root, store.path, service)
     run_id = store.begin_run("test", "0")
     try:
-        return search_target(
-            target, sorted((root / ".maxcode" / "inputs" / "lib.chain").glob("*.pt")), root, settings,
-            store=store, run_id=run_id, progress=lambda m: None, llm=service, critic_llm=critic, scorer_llm=scorer,
-        )
+        return search_target(target, sorted((root / ".maxcode" / "inputs" / "lib.chain").glob("*.pt")), root, settings,
+                             SearchContext(store, run_id, lambda m: None, llm=service, critic_llm=critic, scorer_llm=scorer))
     finally:
         for s in {id(s): s for s in (service, critic, scorer) if s is not None}.values():
             s.close()
@@ -213,8 +211,9 @@ def test_a_run_budget_is_shared_by_targets(chain_root: Path, tmp_path: Path, fak
         service = make_service(dict(settings, llm=fake_openai.spec("local-model")), chain_root, store.path)
         files = sorted((chain_root / ".maxcode" / "inputs" / "lib.chain").glob("*.pt"))
         common = dict(settings, llm=fake_openai.spec("local-model"), strategy="best-of-n", k=2, budget=20, llm_concurrency=1)
-        one = search_target(target, files, chain_root, common, store=store, run_id=None, progress=lambda m: None, llm=service, run_meter=meter)
-        two = search_target(target, files, chain_root, common, store=store, run_id=None, progress=lambda m: None, llm=service, run_meter=meter)
+        ctx = SearchContext(store, None, lambda m: None, llm=service, run_meter=meter)
+        one = search_target(target, files, chain_root, common, ctx)
+        two = search_target(target, files, chain_root, common, ctx)
         service.close()
     assert one.stop_reason == "LLM-call budget of 3 per run reached" and len(one.state.trajectory) == 3
     assert two.stop_reason == "LLM-call budget of 3 per run reached" and not two.state.trajectory
@@ -256,8 +255,7 @@ def test_targets_searched_concurrently_overlap_their_requests(
     def one(target_id: str) -> Any:
         with Store(tmp_path / "maxcode.db") as store:
             target = TargetInfo(target_id, "lib", "chain", chain_root / "lib.py", "function", "cpp")
-            return search_target(target, files, chain_root, settings, store=store, run_id=None, progress=lambda m: None,
-                                 llm=service, oracle_lock=lock)
+            return search_target(target, files, chain_root, settings, SearchContext(store, None, lambda m: None, llm=service, oracle_lock=lock))
 
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(one, ["lib.chain", "lib.chain_twin"]))

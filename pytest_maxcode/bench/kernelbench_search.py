@@ -55,7 +55,7 @@ class Searcher:
 
     def __call__(self, problem: Problem, ref_file: Path, module: str) -> tuple[Path | None, str]:
         from ..oracle.reference import parse_reference
-        from ..search.loop import search_target
+        from ..search.loop import SearchContext, search_target
         from ..search.policy import TargetInfo
 
         target_id = f"{module}.Model"
@@ -65,10 +65,8 @@ class Searcher:
             return None, str(e)
         lang = "cuda" if self.device == "cuda" else "cpp"
         target = TargetInfo(target_id, module, "Model", ref_file, "module", lang, problem=True)
-        result: Any = search_target(
-            target, [captured], ref_file.parent, self.settings, store=self.store, run_id=self.run_id,
-            progress=self.progress, llm=self.llm, reference=parse_reference(str(ref_file)),
-        )
+        ctx = SearchContext(self.store, self.run_id, self.progress, llm=self.llm)
+        result: Any = search_target(target, [captured], ref_file.parent, self.settings, ctx, reference=parse_reference(str(ref_file)))
         best = result.state.best
         if best is None or not best.verdict.correct or best.proposal.spec is None:
             return None, result.error or f"no correct candidate in {len(result.state.trajectory)} evaluation(s): {result.stop_reason}"

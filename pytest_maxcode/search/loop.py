@@ -52,6 +52,22 @@ class SearchResult:
     timings: dict[str, float] = field(default_factory=lambda: {"oracle_s": 0.0, "llm_s": 0.0, "setup_s": 0.0})
 
 
+@dataclass
+class SearchContext:
+    """What every target's search in one run shares: the store and run, the progress line, the
+    plugins' hooks, the models (policy, critic, scorer), the run's meter and the oracle lock."""
+
+    store: Any
+    run_id: int | None
+    progress: Callable[[str], None]
+    hook: Any = None
+    llm: Any = None
+    run_meter: Meter | None = None
+    oracle_lock: Any = None
+    critic_llm: Any = None
+    scorer_llm: Any = None
+
+
 def evaluation_key(config: CheckConfig, signatures: list[str], reference_source: str) -> str:
     """What a verdict depends on: the check's settings, the workloads' signatures, and the
     reference's code. Not the captured values: tests draw fresh random inputs each run."""
@@ -139,16 +155,8 @@ def search_target(
     captured: list[Path],
     root: Path,
     settings: dict[str, Any],
+    ctx: SearchContext,
     *,
-    store: Any,
-    run_id: int | None,
-    progress: Callable[[str], None],
-    hook: Any = None,
-    llm: Any = None,
-    run_meter: Meter | None = None,
-    oracle_lock: Any = None,
-    critic_llm: Any = None,
-    scorer_llm: Any = None,
     reference: ReferenceSpec | None = None,
 ) -> SearchResult:
     start = time.monotonic()
@@ -174,11 +182,11 @@ def search_target(
             "arg_keys": [arg_key(s) for s in data["sets"]],
             "layout": [list(_arg_class(v)) for v in data["sets"][0]],
         })
-    policy_name, _ = search_names(settings, has_llm=llm is not None)
+    policy_name, _ = search_names(settings, has_llm=ctx.llm is not None)
     builtin = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True))) if policy_name == "builtin" else None
     hint = [p.spec for p in builtin.pending()] if builtin is not None else []
     oracle_kw: dict[str, Any] = dict(
-        store=store, run_id=run_id, progress=progress,
+        store=ctx.store, run_id=ctx.run_id, progress=ctx.progress,
         candidates_hint=[s for s in hint if s is not None],
         workloads=[{"name": w["name"], "captured": w["captured"]} for w in workloads],
     )
@@ -198,25 +206,14 @@ def search_target(
             w["outputs"] = [] if target.inplace else [[list(t.shape), str(t.dtype).replace("torch.", "")] for t in wl.expected[0]]
             w["returns"] = wl.returns
 
-    return _search(Setup(target, device, config, reference_norm, workloads, oracle, prepared, builtin), root, settings, start,
-                   store=store, run_id=run_id, progress=progress, hook=hook, llm=llm, run_meter=run_meter, oracle_lock=oracle_lock,
-                   critic_llm=critic_llm, scorer_llm=scorer_llm)
+    return _search(Setup(target, device, config, reference_norm, workloads, oracle, prepared, builtin), root, settings, start, ctx)
 
 
 def search_program(
     program: Any,
     root: Path,
     settings: dict[str, Any],
-    *,
-    store: Any,
-    run_id: int | None,
-    progress: Callable[[str], None],
-    hook: Any = None,
-    llm: Any = None,
-    run_meter: Meter | None = None,
-    oracle_lock: Any = None,
-    critic_llm: Any = None,
-    scorer_llm: Any = None,
+    ctx: SearchContext,
 ) -> SearchResult:
     """A C++ program target (``[tool.maxcode.programs]``) through the same strategies, policies,
     budgets and store; its oracle runs the program's test cases instead of a Python reference."""
@@ -225,12 +222,12 @@ def search_program(
     start = time.monotonic()
     target = program_info(program, root)
     config = program_config(program, target.min_speedup or settings["min_speedup"])
-    oracle = ProgramOracle(program, config, root, store=store, run_id=run_id, progress=progress)
+    oracle = ProgramOracle(program, config, root, store=ctx.store, run_id=ctx.run_id, progress=ctx.progress)
     workloads: list[dict[str, Any]] = []
-    policy_name, _ = search_names(settings, has_llm=llm is not None)
+    policy_name, _ = search_names(settings, has_llm=ctx.llm is not None)
     builtin = BuiltinPolicy(target, root, "cpu") if policy_name == "builtin" else None
     if settings.get("executor") == "ray":
-        progress(f"{target.id}: program targets are checked on this machine; --maxcode-executor=ray applies to Python targets")
+        ctx.progress(f"{target.id}: program targets are checked on this machine; --maxcode-executor=ray applies to Python targets")
 
     def prepared() -> None:
         cases = [w.case for w in oracle.workloads]
@@ -238,9 +235,7 @@ def search_program(
             workloads.append({"name": w.name, "captured": str(w.case.input), "signature": w.signature, "key": sig,
                               "preview": _preview(w.case.input), "n_sets": 1, "weak": w.weak, "arg_keys": [], "layout": []})
 
-    return _search(Setup(target, "cpu", config, oracle.source_text, workloads, oracle, prepared, builtin), root, settings, start,
-                   store=store, run_id=run_id, progress=progress, hook=hook, llm=llm, run_meter=run_meter, oracle_lock=oracle_lock,
-                   critic_llm=critic_llm, scorer_llm=scorer_llm)
+    return _search(Setup(target, "cpu", config, oracle.source_text, workloads, oracle, prepared, builtin), root, settings, start, ctx)
 
 
 def program_info(program: Any, root: Path) -> TargetInfo:
@@ -269,19 +264,18 @@ class Setup:
     builtin: BuiltinPolicy | None
 
 
-def _search(setup: Setup, root: Path, settings: dict[str, Any], start: float, *, store: Any, run_id: int | None,
-            progress: Callable[[str], None], hook: Any, llm: Any, run_meter: Meter | None, oracle_lock: Any, critic_llm: Any,
-            scorer_llm: Any) -> SearchResult:
+def _search(setup: Setup, root: Path, settings: dict[str, Any], start: float, ctx: SearchContext) -> SearchResult:
     target, oracle, workloads, builtin, device = setup.target, setup.oracle, setup.workloads, setup.builtin, setup.device
+    store, run_id, progress, hook, llm, oracle_lock = ctx.store, ctx.run_id, ctx.progress, ctx.hook, ctx.llm, ctx.oracle_lock
     state = SearchState(target.id, reference_source=setup.reference_norm)
     state.workloads = workloads
     lock = oracle_lock if oracle_lock is not None else contextlib.nullcontext()
     policy_name, strategy_name = search_names(settings, has_llm=llm is not None)
     result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name)
-    budget = Budget(target_limits(target, settings), run_meter)
+    budget = Budget(target_limits(target, settings), ctx.run_meter)
     settings = dict(settings, _value_dir=root / ".maxcode" / "value")
     try:
-        strategy = _make_strategy(strategy_name, settings, hook, scorer_llm=scorer_llm, target_id=target.id, budget=budget, run_id=run_id)
+        strategy = _make_strategy(strategy_name, settings, hook, scorer_llm=ctx.scorer_llm, target_id=target.id, budget=budget, run_id=run_id)
     except MaxcodeError as e:
         result.error, result.stop_reason = str(e), "the search could not start"
         return result
@@ -299,7 +293,7 @@ def _search(setup: Setup, root: Path, settings: dict[str, Any], start: float, *,
             if hook is not None:
                 policy = HookedProposer(hook, policy, target, candidates_dir(root, target.id), _native_lang(target, device))
             strategy.initialize(state, policy, StrategyParams(k=settings.get("k") or 4, depth=settings.get("depth"), width=settings.get("width") or 2))
-            critic = _make_critic(critic_llm, target, _candidate_lang(target, device, settings), settings, budget, run_id)
+            critic = _make_critic(ctx.critic_llm, target, _candidate_lang(target, device, settings), settings, budget, run_id)
             result.critic = critic.label
             result.stop_reason = _run(strategy, policy, state, oracle, budget, store, run_id, target, hook, lock, progress, result,
                                       llm is not None and builtin is None, critic)

@@ -30,7 +30,7 @@ from llm_fakes import FakeLLMServer, code_reply  # noqa: E402
 
 from pytest_maxcode import options  # noqa: E402
 from pytest_maxcode.llm import make_service  # noqa: E402
-from pytest_maxcode.search.loop import search_target  # noqa: E402
+from pytest_maxcode.search.loop import SearchContext, search_target  # noqa: E402
 from pytest_maxcode.search.policy import TargetInfo  # noqa: E402
 from pytest_maxcode.store import Store  # noqa: E402
 from pytest_maxcode.targets.capture import signature  # noqa: E402
@@ -65,8 +65,8 @@ def main() -> None:
         service = make_service(settings, root, store.path)
         target = TargetInfo("lib.chain", "lib", "chain", root / "lib.py", "function", "cpp")
         t0 = time.perf_counter()
-        result = search_target(target, [inputs / "w0.pt"], root, settings, store=store, run_id=store.begin_run("bench", "0"),
-                               progress=lambda m: None, llm=service)
+        ctx = SearchContext(store, store.begin_run("bench", "0"), lambda m: None, llm=service)
+        result = search_target(target, [inputs / "w0.pt"], root, settings, ctx)
         wall = time.perf_counter() - t0
         service.close()
     n = len(result.state.trajectory)
