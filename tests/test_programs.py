@@ -10,6 +10,7 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ import github_fake
 import pytest
 from github_fake import FAKE_GH_TOKEN
 from llm_fakes import FakeLLMServer, code_reply
+from test_plugin_llm import LIB, TESTS
+from test_search_llm import GOOD
 
 from pytest_maxcode.critique import RuleCritic
 from pytest_maxcode.errors import MaxcodeError
@@ -295,6 +298,37 @@ def test_maxcode_pr_proposes_the_rewritten_program(tmp_path: Path, fake_github: 
     assert list(commit.stats.files) == ["src/sums.cpp"]
     assert "sync_with_stdio(false)" in (commit.tree / "src/sums.cpp").data_stream.read().decode()
     assert (work / "src" / "sums.cpp").read_text() == SLOW  # the user's checkout is untouched
+
+
+def test_a_program_and_a_python_target_are_searched_side_by_side(tmp_path: Path) -> None:
+    """--maxcode-parallel-targets through pytest: each target's one request is answered only
+    once the other target's has arrived too, so the run finishes only if they overlap."""
+    root = make_project(tmp_path, PYPROJECT.replace("budget = 3", "budget = 1\nk = 1\nllm_concurrency = 2\ntorch_compile = false")
+                        + '\n[tool.pytest.ini_options]\npythonpath = ["."]\n')
+    (root / "mylib.py").write_text(LIB)
+    (root / "test_lib.py").write_text(TESTS)
+    both = threading.Barrier(2, timeout=120)
+
+    def reply(body: dict[str, Any]) -> str:
+        both.wait()
+        program = "make the C++ program below faster" in body["messages"][0]["content"]
+        return code_reply(FAST if program else GOOD)
+
+    with FakeLLMServer("openai") as srv:
+        srv.respond_with(reply)
+        r = run_pytest(root, f"--maxcode-llm={srv.spec('qwen-coder')}", "--maxcode-parallel-targets=2", "--maxcode-json=report.json")
+        asked, overlapped = len(srv.requests), srv.max_in_flight
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert asked == 2 and overlapped == 2
+    report = json.loads((root / "report.json").read_text())
+    assert validate(report) == []
+    targets = {t["id"]: t for t in report["targets"]}
+    assert sorted(targets) == ["mylib.fused", "sums"]
+    assert targets["sums"]["kind"] == "program" and targets["mylib.fused"]["kind"] == "function"
+    for t in targets.values():
+        assert [step["status"] for step in t["trajectory"]] == ["faster"] and t["status"] == "verified", t["reason"]
+    assert targets["sums"]["tests"]["summary"] == "3 of 3 test cases passed"
+    assert targets["mylib.fused"]["tests"]["passed"] is True and targets["mylib.fused"]["tests"]["kernel_calls"] > 0
 
 
 def test_a_red_test_suite_leaves_programs_alone(tmp_path: Path) -> None:
