@@ -235,14 +235,25 @@ class MaxcodeSession:
         from .oracle.program import rerun_test_cases
 
         best = entry["best"]
+        text = (self.root / best["source_path"]).read_text()
         self._say(f"{program.id}: re-running its test cases with {Path(best['source_path']).name}")
-        passed, summary = rerun_test_cases(program, self.root, (self.root / best["source_path"]).read_text())
-        tests = {"rerun": entry["tests"]["rerun"], "passed": passed, "summary": summary}
-        verified = passed and not entry["weak_check"]
+        passed, summary = rerun_test_cases(program, self.root, text)
+        tests: dict[str, Any] = {"rerun": entry["tests"]["rerun"], "passed": passed, "summary": summary}
         reason = entry["reason"]
         if not passed:
             reason = f"the program's test cases did not pass on a fresh build: {summary}"
-        elif entry["weak_check"]:
+        elif program.tests:
+            from .verify import run_tests_with_file
+
+            self._say(f"{program.id}: re-running {' '.join(program.tests)} with the rewrite in a copy of the project")
+            run = run_tests_with_file(self.root, program.source, text, list(program.tests), program.id)
+            passed = run.passed
+            tests.update(rerun=tests["rerun"] + list(program.tests), pytest=list(program.tests), passed=passed,
+                         summary=f"{summary}; {' '.join(program.tests)}: {run.summary}")
+            if not passed:
+                reason = f"the project's tests failed with the rewrite in place: {run.summary}"
+        verified = passed and not entry["weak_check"]
+        if passed and entry["weak_check"]:
             reason = "weak check: the test cases could not tell a program that prints the expected output from a real one"
         return dict(tests=tests, verified=verified, status="verified" if verified else "not_verified", reason=reason)
 

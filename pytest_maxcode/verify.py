@@ -9,6 +9,7 @@ many calls the kernel served (``MAXCODE_TRACE``); zero is a failed verification.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,8 @@ from typing import Any
 from .oracle.sandbox import scrubbed_env
 
 RERUN_TIMEOUT = 1800
+#: what a copy of the project leaves out: history, maxcode's own files, caches, environments
+COPY_IGNORE = (".git", ".maxcode", "maxcode.lock", "__pycache__", ".pytest_cache", ".venv", "venv", ".tox", "node_modules")
 
 
 @dataclass
@@ -63,6 +66,19 @@ def run_tests(root: Path, nodeids: list[str], env_extra: dict[str, str], target_
                     "median_s": st["median"], "mean_s": st["mean"], "stddev_s": st["stddev"], "rounds": st["rounds"],
                 }
         return run
+
+
+def run_tests_with_file(root: Path, path: Path, text: str, nodeids: list[str], target_id: str) -> TestRun:
+    """``nodeids`` run in a copy of the project whose ``path`` holds ``text`` (a program's
+    rewrite): the user's checkout is never rewritten, so an interrupted run leaves it as it was."""
+    with tempfile.TemporaryDirectory(prefix="maxcode-copy-") as tmp:
+        copy = Path(tmp) / root.name
+        try:
+            shutil.copytree(root, copy, symlinks=True, ignore=shutil.ignore_patterns(*COPY_IGNORE))
+            (copy / path).write_text(text)
+        except OSError as e:
+            return TestRun(False, f"could not copy the project to run its tests: {e}")
+        return run_tests(copy, nodeids, {}, target_id)
 
 
 def candidate_env(target_id: str, kernel: Path, lang: str, device: str, outputs: dict[str, Any]) -> dict[str, str]:

@@ -199,6 +199,8 @@ def test_the_instruction_timer_gives_the_same_exact_verdict_every_time(tmp_path:
     ({"p": {"source": "src/sums.cpp", "testcases": "cases", "timeout": 0}}, "[tool.maxcode.programs.p]: timeout must be a number greater than 0"),
     ({"p": {"source": "src/sums.cpp", "testcases": "cases", "runs": 3}}, "[tool.maxcode.programs.p]: no setting 'runs' (known: source, testcases,"),
     ({"a b": {"source": "src/sums.cpp", "testcases": "cases"}}, "[tool.maxcode.programs.a b]: a program's name may use"),
+    ({"p": {"source": "src/sums.cpp", "testcases": "cases", "tests": ["nowhere.py"]}}, "[tool.maxcode.programs.p]: tests: nowhere.py: no such file or folder under "),
+    ({"p": {"source": "src/sums.cpp", "testcases": "cases", "tests": [1]}}, '[tool.maxcode.programs.p]: tests must be a list of pytest paths or node ids, such as ["tests/test_p.py"]'),
 ])
 def test_a_bad_program_declaration_is_one_line_naming_the_key(tmp_path: Path, table: dict, message: str) -> None:
     make_project(tmp_path)
@@ -237,7 +239,9 @@ def test_the_example_program_is_searched_verified_resumed_and_applied(tmp_path: 
     (t,) = report["targets"]
     assert t["id"] == "prefix_sums" and t["kind"] == "program" and t["status"] == "verified", t["reason"]
     assert t["best"]["origin"].startswith("rewrite:fast-io") and t["speedup"] > 1.05
-    assert t["tests"] == {"rerun": ["test1", "test2", "test3"], "passed": True, "summary": "3 of 3 test cases passed"}
+    # the test cases on a fresh build, then the project's own pytest tests in a copy holding the rewrite
+    assert t["tests"]["rerun"] == ["test1", "test2", "test3", "tests"] and t["tests"]["pytest"] == ["tests"]
+    assert t["tests"]["passed"] is True and t["tests"]["summary"].startswith("3 of 3 test cases passed; tests: 1 passed in ")
     cases = root / "testcases" / "prefix_sums"
     assert [w["signature"] for w in t["workloads"]] == [f"stdin input.{k}.txt ({(cases / f'input.{k}.txt').stat().st_size} bytes)" for k in (1, 2, 3)]
     assert t["reference"]["file"] == "src/prefix_sums.cpp" and t["candidates"]["tried"] == 3
@@ -279,7 +283,7 @@ def test_a_model_writes_program_candidates_from_a_program_prompt(tmp_path: Path)
 
 def test_maxcode_pr_proposes_the_rewritten_program(tmp_path: Path, fake_github: Any) -> None:
     work, origin = tmp_path / "work", tmp_path / "origin.git"
-    make_project(work)
+    make_project(work, PYPROJECT + 'tests = ["test_project.py"]\n')
     github_fake.checkout_with_origin(work, origin, "the program")
     r = run_pytest(work, "--maxcode-json=report.json")
     assert r.returncode == 0, r.stdout[-3000:]
@@ -290,8 +294,8 @@ def test_maxcode_pr_proposes_the_rewritten_program(tmp_path: Path, fake_github: 
     assert pr_run.returncode == 0 and pr_run.stdout.startswith("sums: opened "), pr_run.stdout + pr_run.stderr
     (pr,) = fake_github.pulls.values()
     assert pr["title"].startswith("⚡ Speed up sums ") and pr["title"].endswith("x (C++ program, CPU)")
-    for needle in ("rewrote the C++ program `src/sums.cpp`", "### Test cases re-run on a fresh build of the rewrite",
-                   "3 of 3 test cases passed", "<details><summary>The rewritten program: <code>src/sums.cpp</code>", "sync_with_stdio(false)"):
+    for needle in ("rewrote the C++ program `src/sums.cpp`", "### Test cases and tests re-run on the rewrite",
+                   "3 of 3 test cases passed; test_project.py: 1 passed", "<details><summary>The rewritten program: <code>src/sums.cpp</code>", "sync_with_stdio(false)"):
         assert needle in pr["body"], needle
     assert "maxcode.lock" not in pr["body"]
     commit = git.Repo(origin).commit("maxcode/optimize-sums")
@@ -329,6 +333,24 @@ def test_a_program_and_a_python_target_are_searched_side_by_side(tmp_path: Path)
         assert [step["status"] for step in t["trajectory"]] == ["faster"] and t["status"] == "verified", t["reason"]
     assert targets["sums"]["tests"]["summary"] == "3 of 3 test cases passed"
     assert targets["mylib.fused"]["tests"]["passed"] is True and targets["mylib.fused"]["tests"]["kernel_calls"] > 0
+
+
+def test_a_rewrite_that_fails_the_projects_own_tests_is_not_verified(tmp_path: Path) -> None:
+    root = make_project(tmp_path, PYPROJECT.replace("budget = 3", "budget = 1") + 'tests = ["test_flush.py"]\n')
+    # a user who relies on the flush after every line (say, another process reads the output live)
+    (root / "test_flush.py").write_text(
+        "from pathlib import Path\n\n\ndef test_every_line_is_flushed():\n"
+        "    assert 'endl' in Path('src/sums.cpp').read_text()\n"
+    )
+    r = run_pytest(root, "--maxcode-json=report.json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    (t,) = json.loads((root / "report.json").read_text())["targets"]
+    assert t["best"]["origin"].startswith("rewrite:fast-io") and t["status"] == "not_verified"
+    assert t["reason"].startswith("the project's tests failed with the rewrite in place: 1 failed in ")
+    assert t["tests"]["passed"] is False and t["tests"]["rerun"][-1] == "test_flush.py"
+    assert (root / "src" / "sums.cpp").read_text() == SLOW  # the copy was rewritten, never the checkout
+    assert "rewrote" not in subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "apply", "report.json"], cwd=root,
+                                           capture_output=True, text=True).stdout
 
 
 def test_a_red_test_suite_leaves_programs_alone(tmp_path: Path) -> None:

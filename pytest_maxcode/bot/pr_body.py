@@ -91,7 +91,10 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
                        f"{fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
     tests = t.get("tests") or {}
     rerun = tests.get("rerun") or []
-    out += ["", "### Test cases re-run on a fresh build of the rewrite" if _program(t) else "### Tests re-run with the kernel active", "",
+    heading = "### Tests re-run with the kernel active"
+    if _program(t):
+        heading = "### Test cases and tests re-run on the rewrite" if tests.get("pytest") else "### Test cases re-run on a fresh build of the rewrite"
+    out += ["", heading, "",
             f"{'✅' if tests.get('passed') else '❌'} {tests.get('summary', '')}"
             + (f"; the kernel was called {tests['kernel_calls']} time(s)" if tests.get("kernel_calls") else "")]
     if rerun:

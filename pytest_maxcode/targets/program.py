@@ -9,7 +9,8 @@ project's configuration names its source file and a folder of test cases
     source = "src/prefix_sums.cpp"
     testcases = "tests/prefix_sums"
     # optional: cxxflags = "-O3 --std=c++17", timeout = 10, timer = "wall" | "instructions",
-    #           rounds = 5, budget = 8, min_speedup = 1.05
+    #           rounds = 5, budget = 8, min_speedup = 1.05,
+    #           tests = ["tests/test_prefix_sums.py"]  (pytest tests re-run with the rewrite in place)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx")
 DEFAULT_CXXFLAGS = "-O3 --std=c++17"
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-KEYS = ("source", "testcases", "cxxflags", "timeout", "timer", "rounds", "budget", "min_speedup")
+KEYS = ("source", "testcases", "cxxflags", "timeout", "timer", "rounds", "budget", "min_speedup", "tests")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class ProgramTarget:
     rounds: int = 5  # timed rounds at least, each running every test case once per side
     budget: int | None = None
     min_speedup: float | None = None
+    #: pytest paths or node ids, relative to the root, re-run against a copy of the project
+    #: that holds the rewrite: a program's test cases may not be all its users rely on
+    tests: tuple[str, ...] = ()
 
 
 def parse_programs(raw: Any, root: Path) -> list[ProgramTarget]:
@@ -86,7 +90,19 @@ def _program(name: str, t: dict[str, Any], root: Path, where: str) -> ProgramTar
         name, source, tests, cxxflags,
         timeout=_number(t, "timeout", 10.0, where), timer=timer, rounds=_count(t, "rounds", 5, where),
         budget=_count(t, "budget", None, where), min_speedup=_number(t, "min_speedup", None, where),
+        tests=_tests(t.get("tests", []), root, where, name),
     )
+
+
+def _tests(v: Any, root: Path, where: str, name: str) -> tuple[str, ...]:
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list) or not all(isinstance(i, str) and i.strip() for i in items):
+        raise ValueError(f'{where}: tests must be a list of pytest paths or node ids, such as ["tests/test_{name}.py"]')
+    for item in items:
+        path = Path(item.split("::", 1)[0])
+        if path.is_absolute() or not (root / path).exists():
+            raise ValueError(f"{where}: tests: {path}: no such file or folder under {root}")
+    return tuple(items)
 
 
 def _number(t: dict[str, Any], key: str, default: float | None, where: str) -> Any:
