@@ -480,11 +480,17 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
-def run_case(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> float:
-    """One checked run: the wall seconds, or SuiteFailure naming the test case and what went wrong."""
+def judged_run(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> tuple[str | None, float]:
+    """One run with its output compared by PIE's rule: (failure or None, wall seconds)."""
     failure, out, seconds = run_program(cmd, test.input, timeout, cwd, sandbox)
     if failure is None and (diff := first_difference(out, test.expected)) is not None:
         failure = f"wrong output ({diff})"
+    return failure, seconds
+
+
+def run_case(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> float:
+    """One checked run: the wall seconds, or SuiteFailure naming the test case and what went wrong."""
+    failure, seconds = judged_run(cmd, test, timeout, cwd, sandbox)
     if failure:
         raise SuiteFailure(f"test {test.index}: {failure}")
     return seconds

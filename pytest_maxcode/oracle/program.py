@@ -220,13 +220,8 @@ class ProgramOracle:
         """((status, reason) or None, wall seconds) for one run of one test case, its output checked."""
         cwd = cwd or self._scratch
         assert cwd is not None
-        failure, out, seconds = pie.run_program([str(binary)], case.input, self.config.timeout, cwd, self._sandbox)
-        if failure is not None:
-            return (_status(failure), failure), seconds
-        diff = pie.first_difference(out, case.expected)
-        if diff is not None:
-            return ("wrong", f"wrong output ({diff})"), seconds
-        return None, seconds
+        failure, seconds = pie.judged_run([str(binary)], case, self.config.timeout, cwd, self._sandbox)
+        return (None if failure is None else (_status(failure), failure)), seconds
 
     def _fail(self, v: Verdict, w: TestCaseWorkload, failure: tuple[str, str], timed: bool = False) -> None:
         v.status = failure[0]
@@ -293,6 +288,8 @@ def rerun_test_cases(program: ProgramTarget, root: Path, text: str) -> tuple[boo
 
 def _status(failure: str) -> str:
     """A judge's failure as a verdict status."""
+    if failure.startswith("wrong output"):
+        return "wrong"
     if failure.startswith("timed out"):
         return "timeout"
     if failure.startswith("killed by"):
