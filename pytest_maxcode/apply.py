@@ -7,14 +7,14 @@ tests passed with the kernel active.
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ._files import write_atomic
 from .errors import MaxcodeError
 from .targets.accept import accept
-from .targets.lock import KERNELS_DIR, LOCK_NAME
+from .targets.lock import KERNELS_DIR, LOCK_NAME, sha256_text
 
 
 def apply_report(report: dict[str, Any], root: Path) -> list[str]:
@@ -38,7 +38,8 @@ def apply_report(report: dict[str, Any], root: Path) -> list[str]:
     return lines
 
 
-def is_program(t: dict[str, Any]) -> bool:
+def is_program(t: Mapping[str, Any]) -> bool:
+    """A program target's entry (its rewrite replaces a source file) rather than a kernel's."""
     return bool((t.get("reference") or {}).get("program"))
 
 
@@ -81,7 +82,7 @@ def _rewrite_program(path: Path, name: str, searched_hash: str, text: str) -> bo
         raise MaxcodeError(f"{name} is gone; run pytest --maxcode again") from None
     if current == text:
         return False
-    if hashlib.sha256(current.encode()).hexdigest() != searched_hash:
+    if sha256_text(current) != searched_hash:
         raise MaxcodeError(f"{name} changed since the search; run pytest --maxcode again to optimize the new version")
     write_atomic(path, text)
     return True

@@ -215,6 +215,7 @@ class MaxcodeSession:
 
     def _optimize_program(self, program: Any, store: Any, run_id: int, run_meter: Any = None) -> dict[str, Any]:
         from .search.loop import search_program
+        from .targets.lock import sha256_text
 
         if program.id in self.recorder.targets:
             why = f"a marked Python target is also called {program.id}; rename [tool.maxcode.programs.{program.id}]"
@@ -224,7 +225,7 @@ class MaxcodeSession:
         entry = _target_report(result, program.id, [w["name"] for w in result.workloads], self.root, store)
         entry["kind"] = "program"
         entry["reference"] = {"program": True, "file": program.source.as_posix(), "testcases": program.testcases.as_posix(),
-                              "hash": _sha256(result.state.reference_source)}
+                              "hash": sha256_text(result.state.reference_source)}
         if entry["status"] == "faster":
             with self._oracle_lock:
                 entry.update(self._verify_program(program, entry))
@@ -295,12 +296,6 @@ def _skipped(target_id: str, reason: str, rerun: list[str]) -> dict[str, Any]:
         "candidates": {"tried": 0, "correct": 0, "faster": 0, "failed": {}}, "best": None,
         "tests": {"rerun": rerun, "passed": None, "summary": ""}, "benchmarks": [], "trajectory": [], "elapsed_s": 0.0,
     }
-
-
-def _sha256(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _cuda_available() -> bool:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..apply import is_program
 from ..report._format import fmt_time
 
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
@@ -34,18 +35,14 @@ def _device(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
     return "CPU"
 
 
-def _program(t: Mapping[str, Any]) -> bool:
-    return bool((t.get("reference") or {}).get("program"))
-
-
 def title(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
-    lang = "C++ program" if _program(t) else LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
+    lang = "C++ program" if is_program(t) else LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
     return f"⚡ Speed up {t['id']} {t['speedup']:.2g}x ({lang}, {_device(t, machine)})"
 
 
 def _what(t: Mapping[str, Any], lang: str, kernel_path: str, ref: Mapping[str, Any]) -> str:
     """The opening paragraph: what was found, how it was checked, and what the change does."""
-    if _program(t):
+    if is_program(t):
         return (f"pytest-maxcode rewrote the C++ program `{kernel_path}`, ran the rewrite on the program's test cases "
                 f"(`{ref.get('testcases', '?')}`: each input on stdin, the output compared with the expected one; lines equal, "
                 "or numbers within 1e-3), and timed both programs interleaved, test case by test case. This pull request "
@@ -92,7 +89,7 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
     tests = t.get("tests") or {}
     rerun = tests.get("rerun") or []
     heading = "### Tests re-run with the kernel active"
-    if _program(t):
+    if is_program(t):
         heading = "### Test cases and tests re-run on the rewrite" if tests.get("pytest") else "### Test cases re-run on a fresh build of the rewrite"
     out += ["", heading, "",
             f"{'✅' if tests.get('passed') else '❌'} {tests.get('summary', '')}"
@@ -113,12 +110,12 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
                 f"stopped because {search.get('stop_reason', '?')}",
                 f"- {search.get('llm_calls', 0)} LLM call(s), {search.get('tokens', 0)} tokens, ${float(search.get('cost_usd') or 0):.4f}"]
     shown = source if len(source) <= MAX_SOURCE_CHARS else source[:MAX_SOURCE_CHARS] + "\n... (truncated; the file is in this PR)"
-    what = "The rewritten program" if _program(t) else "Kernel source"
+    what = "The rewritten program" if is_program(t) else "Kernel source"
     out += ["", f"<details><summary>{what}: <code>{kernel_path}</code> ({source.count(chr(10)) + 1} lines)</summary>", "",
             f"```{FENCES.get(lang, '')}", shown.rstrip(), "```", "", "</details>"]
     out += ["", "### Check it yourself", "", "```",
             f"git fetch origin {branch} && git checkout {branch}",
-            *([] if _program(t) else ["maxcode status          # the kernel is active for this machine",
+            *([] if is_program(t) else ["maxcode status          # the kernel is active for this machine",
                                       f"pytest {' '.join(rerun[:3]) if rerun else ''}".rstrip() + "          # your tests, with the kernel"]),
             f"pytest --maxcode --maxcode-target='{t['id']}'   # search and verify again here",
             "```", "", "<sub>Opened by pytest-maxcode. Closing this PR without merging keeps this kernel from being proposed again.</sub>"]

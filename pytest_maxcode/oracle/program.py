@@ -30,6 +30,7 @@ from typing import Any
 
 from ..bench import pie
 from ..errors import MaxcodeError
+from ..targets.lock import sha256_text
 from ..targets.program import ProgramTarget
 from . import stats
 from .check import CandidateSpec, CheckConfig, confirmed, decide, second_measurement
@@ -185,7 +186,7 @@ class ProgramOracle:
         if self.store is None:
             return
         p = self.program
-        self.store.upsert_target(p.id, "program", str(p.source), hashlib.sha256(self.source_text.encode()).hexdigest())
+        self.store.upsert_target(p.id, "program", str(p.source), sha256_text(self.source_text))
         self.store.add_candidate(cand.hash, cand.format, cand.lang, cand.text, origin=str(cand.path))
         self.store.record_evaluation(run_id=self.run_id, target_id=p.id, config_key=self.eval_key, device="cpu", verdict=v.to_json())
 
