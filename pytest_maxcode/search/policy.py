@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._files import write_atomic
 from ..oracle.check import NATIVE_EXTS, CandidateSpec
 from .state import Proposal, SearchState
 from .strategy import Ask
@@ -126,9 +127,7 @@ def materialize(out_dir: Path, text: str, lang: str, stem: str, fmt: str | None 
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = out_dir / f"{stem}-{digest}{EXT[lang]}"
     if not path.exists():
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        write_atomic(path, text)  # targets searched in threads may write the same candidate at once
     return CandidateSpec(path, fmt or ("compat" if lang == "py" else "native"), lang, text)
 
 
