@@ -20,8 +20,9 @@ from typing import Any
 from .oracle.sandbox import scrubbed_env
 
 RERUN_TIMEOUT = 1800
-#: what a copy of the project leaves out: history, maxcode's own files, caches, environments
-COPY_IGNORE = (".git", ".maxcode", "maxcode.lock", "__pycache__", ".pytest_cache", ".venv", "venv", ".tox", "node_modules")
+#: what a copy of the project leaves out: history, maxcode's run data, caches, environments
+#: (the lock and accepted kernels stay: the copy's tests run as the checkout's would)
+COPY_IGNORE = (".git", ".maxcode", "__pycache__", ".pytest_cache", ".venv", "venv", ".tox", "node_modules")
 
 
 @dataclass
