@@ -133,6 +133,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("critic_thinking_tokens", "extended-thinking budget of the LLM critic's requests (default 0: off)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("parallel_targets", "targets searched at once: their LLM requests overlap, oracle work takes turns (default 1)", type=int, default=None, metavar="N", scopes=PYTEST),
     Option("json_path", "also write the JSON report here (it always lands in .maxcode/reports/)", metavar="PATH", spelled="json", scopes=PYTEST),
+    Option("remeasure", "time stored candidates again instead of reusing their stored verdicts (a stored verdict too noisy to decide is re-timed anyway)", action="store_true", default=None, scopes=PYTEST),
     Option("apply", "write each verified best kernel to maxcode_kernels/ and maxcode.lock", action="store_true", default=None, scopes=PYTEST),
     Option("executor", "where builds, checks and timings run: local (this machine) or ray (a pool of Ray actors, one per GPU, or one per node on CPU; pip install 'pytest-maxcode[ray]') (default local)", choices=("local", "ray"), default=None, scopes=PYTEST),
     Option("ray_address", "the Ray cluster of --maxcode-executor=ray, e.g. HOST:6379 or ray://HOST:10001 (default: RAY_ADDRESS, else a local Ray instance started here)", default=None, metavar="ADDRESS", scopes=PYTEST),
@@ -147,6 +148,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "policy": None,
     "json_path": None,
     "apply": False,
+    "remeasure": False,
     "min_speedup": 1.05,
     "device": None,
     "torch_compile": True,  # the built-in policy's torch.compile variants ([tool.maxcode] only)
