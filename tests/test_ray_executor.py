@@ -87,7 +87,7 @@ def test_missing_ray_and_an_unreachable_address_are_one_line_errors(monkeypatch:
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MaxcodeError) as e:
         ray_executor.connect(None)
-    assert str(e.value) == RAY_MISSING == "--maxcode-executor=ray needs Ray: pip install 'pytest-maxcode[ray]'"
+    assert str(e.value) == RAY_MISSING == "--maxcode-executor=ray needs the 'ray' extra: pip install 'pytest-maxcode[ray]'"
 
 
 def test_the_pool_gives_the_local_oracles_statuses(cluster: Any, module_project: Path, tmp_path: Path) -> None:

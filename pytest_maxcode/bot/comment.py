@@ -23,8 +23,9 @@ class Posted:
 
 
 def upsert_comment(gh: Any, repo_name: str, number: int, body: str, *, marker: str = DEFAULT_MARKER, token: str = "") -> Posted:
-    import github
+    from .github import _github
 
+    github = _github()
     tag = marker_line(marker)
     text = f"{tag}\n{body}"
     try:

@@ -13,6 +13,7 @@ import os
 import re
 from typing import Any
 
+from .._extras import require
 from ..errors import MaxcodeError
 
 TOKEN_VARS = ("GITHUB_TOKEN", "GH_TOKEN")
@@ -34,9 +35,13 @@ def scrub(text: str, *secrets: str) -> str:
     return re.sub(r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})\b", "***", text)
 
 
+def _github() -> Any:
+    return require("github", "talking to GitHub (maxcode pr, maxcode comment)")
+
+
 def client(api_url: str | None = None) -> tuple[Any, str]:
     """A PyGithub client and the token it uses (so messages can be scrubbed of it)."""
-    import github
+    github = _github()
 
     token = token_from_env()
     url = (api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API).rstrip("/")
@@ -50,7 +55,7 @@ def client(api_url: str | None = None) -> tuple[Any, str]:
 
 def error(e: BaseException, doing: str, token: str = "") -> MaxcodeError:
     """One line for a failed API call: what was being done, the status, GitHub's message."""
-    import github
+    github = _github()
 
     if isinstance(e, github.BadCredentialsException):
         why = "the token was rejected (401): check GITHUB_TOKEN"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._extras import require
 from ..errors import MaxcodeError
 from ..targets.accept import EXTENSIONS
 from ..targets.lock import KERNELS_DIR
@@ -38,6 +39,14 @@ class Outcome:
         if "\n" in self.detail:  # a dry run's title and body
             return f"{self.target}: {self.action}: {self.detail}"
         return f"{self.target}: {self.action}" + (f" {self.url}" if self.url else "") + (f" ({self.detail})" if self.detail else "")
+
+
+def _gitpython() -> Any:
+    return require("git", "maxcode pr")
+
+
+def _github() -> Any:
+    return require("github", "maxcode pr")
 
 
 def branch_for(target_id: str) -> str:
@@ -91,7 +100,7 @@ class Bot:
     # -- git --------------------------------------------------------------------------------
 
     def _git(self) -> Any:
-        import git
+        git = _gitpython()
 
         try:
             return git.Repo(self.root, search_parent_directories=True)
@@ -101,7 +110,7 @@ class Bot:
     def push_branch(self, t: dict[str, Any], branch: str, message: str) -> bool:
         """Commit the applied kernel on top of the base in a throwaway worktree and force-push it
         to the bot's branch; False when applying it changes nothing (already on the base)."""
-        import git
+        git = _gitpython()
 
         from ..apply import apply_target, written_paths
 
@@ -137,7 +146,7 @@ class Bot:
             from .github import client
 
             self.gh, self.token = client(self.api_url)
-        import github
+        github = _github()
 
         try:
             repo = self.gh.get_repo(self.repo_name)
@@ -148,6 +157,9 @@ class Bot:
         return repo
 
     def run(self) -> list[Outcome]:
+        _gitpython()  # the bot's extra is checked before any target, so a CI job learns it on its first run
+        if not self.dry_run:
+            _github()
         targets = self.report.get("targets") or []
         todo = [(t, why_not(t)) for t in targets]
         outcomes = [Outcome(t.get("id", "?"), "skipped", why) for t, why in todo if why]
@@ -166,7 +178,7 @@ class Bot:
         return outcomes
 
     def _one(self, repo: Any, owner: str, t: dict[str, Any]) -> Outcome:
-        import github
+        github = _github()
 
         from ..apply import is_program, written_paths
 

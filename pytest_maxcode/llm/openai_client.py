@@ -14,6 +14,7 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
+from .._extras import require
 from ..errors import MaxcodeError
 from .base import LLMRequest, LLMResponse, is_scripted_model
 from .errors import map_sdk_error
@@ -49,10 +50,7 @@ class OpenAIClient:
                 )
             api_key = NO_KEY
         self._secrets = (api_key if api_key != NO_KEY else None,)
-        try:
-            import openai
-        except ImportError:
-            raise MaxcodeError("--maxcode-llm=openai:... needs the openai package: pip install openai") from None
+        openai = require("openai", "--maxcode-llm=openai:...")
 
         self._sdk = openai
         self._client = openai.OpenAI(

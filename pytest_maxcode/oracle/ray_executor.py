@@ -51,12 +51,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .._extras import missing_message, require
 from ..errors import MaxcodeError
 from .check import VALGRIND_SLOWDOWN, CandidateSpec, CheckConfig, Oracle, Workload
 from .reference import ReferenceSpec
 from .verdict import Verdict
 
-RAY_MISSING = "--maxcode-executor=ray needs Ray: pip install 'pytest-maxcode[ray]'"
+RAY_MISSING = missing_message("ray", "--maxcode-executor=ray")
 #: seconds the pool's actors may take to be placed on the cluster (started, not yet prepared)
 PLACEMENT_S = 120.0
 #: seconds a zygote takes at most to start again after a crash (the oracle's own wait)
@@ -65,11 +66,7 @@ _connect_lock = threading.Lock()
 
 
 def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise MaxcodeError(RAY_MISSING) from None
-    return ray
+    return require("ray", "--maxcode-executor=ray")
 
 
 def _probe(address: str, flag: str) -> None:

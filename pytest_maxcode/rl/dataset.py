@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._extras import require
 from ..bench.problems import find_problems, scaled_source
 from ..errors import MaxcodeError
 from ..search.prompts import PromptContext, permitted_block, user_message
@@ -130,10 +131,7 @@ def _rows(problems: list[tuple[RLProblem, str]], fmt: str, device: str | None, p
 def _maybe_dataset(rows: list[dict[str, Any]], as_dataset: bool, curriculum: Any) -> Any:
     if not as_dataset:
         return rows
-    try:
-        import datasets
-    except ImportError:
-        raise MaxcodeError("as_dataset=True needs the datasets package: pip install datasets") from None
+    datasets = require("datasets", "as_dataset=True")
     ds = datasets.Dataset.from_list(rows)
     return ds.with_transform(curriculum.transform) if curriculum is not None else ds
 

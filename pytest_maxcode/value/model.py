@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._extras import require
 from ..errors import MaxcodeError
 from .features import FEATURE_NAMES, node_features
 from .labels import reward_to_go, trees
@@ -49,11 +50,7 @@ def load_rows(store: Any, gamma: float) -> list[Row]:
 
 
 def _sklearn() -> Any:
-    try:
-        from sklearn.ensemble import GradientBoostingRegressor
-    except ImportError:
-        raise MaxcodeError("the value model needs scikit-learn: pip install scikit-learn") from None
-    return GradientBoostingRegressor
+    return require("sklearn.ensemble", "the value model (maxcode value train, --maxcode-rerank=light)").GradientBoostingRegressor
 
 
 def fit(rows: list[Row], seed: int = 0) -> Any:
