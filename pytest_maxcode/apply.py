@@ -33,7 +33,11 @@ def apply_report(report: dict[str, Any], root: Path) -> list[str]:
             done = "rewrote" if changed else "already has the rewrite in"
             lines.append(f"{t['id']}: {done} {t['reference']['file']} ({t['speedup']:.3g}x)")
             continue
-        entry = apply_target(t, root)
+        try:
+            entry = apply_target(t, root)
+        except (MaxcodeError, ValueError, OSError, ImportError) as e:  # nothing was written: accept renders first
+            lines.append(f"{t['id']}: not applied: {e}")
+            continue
         lines.append(f"{t['id']}: applied {entry.kernel} ({t['speedup']:.3g}x) to maxcode.lock")
     return lines
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from .._files import write_atomic
 from .._version import __version__
 from .decorator import normalized_source_in_file
-from .lock import KERNELS_DIR, LOCK_NAME, LockEntry, read_lock, sha256_text, write_lock
+from .lock import KERNELS_DIR, LOCK_NAME, LockEntry, read_lock, render_lock, sha256_text
 
 EXTENSIONS = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
 
@@ -36,17 +36,21 @@ def accept(
     outputs: dict[str, Any] | None = None,
     returns: str | None = None,
 ) -> LockEntry:
-    """Write the kernel and its entry; the kernel file first, so the lock never names a missing file."""
+    """Write the kernel and its entry.
+
+    Everything that can fail (hashing the reference, reading the old lock, rendering the new
+    one) happens before the first write; then the kernel file goes first, so the lock never
+    names a missing file, and a failure never leaves a kernel that no lock entry names.
+    """
     ref_hash = reference_hash_in_file(reference_file, qualname)
     if ref_hash is None:
         raise ValueError(f"{reference_file}: cannot find {qualname} to hash it")
     kernel = root / KERNELS_DIR / f"{target_id}{EXTENSIONS[lang]}"
-    write_atomic(kernel, kernel_source)
     entry = LockEntry(
         target=target_id,
         reference_hash=ref_hash,
         kernel=kernel.relative_to(root).as_posix(),
-        kernel_hash=hashlib.sha256(kernel.read_bytes()).hexdigest(),
+        kernel_hash=hashlib.sha256(kernel_source.encode()).hexdigest(),
         lang=lang,
         device=device,
         arch=arch,
@@ -65,5 +69,7 @@ def accept(
     lock = root / LOCK_NAME
     entries = dict(read_lock(lock)) if lock.exists() else {}
     entries[target_id] = entry
-    write_lock(lock, entries)
+    text = render_lock(entries)
+    write_atomic(kernel, kernel_source)
+    write_atomic(lock, text)
     return entry

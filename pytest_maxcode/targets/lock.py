@@ -74,11 +74,9 @@ def read_lock(path: Path) -> dict[str, LockEntry]:
         raise ValueError(f"{path}: not a valid maxcode.lock ({e}); fix it or delete it") from None
 
 
-def write_lock(path: Path, entries: dict[str, LockEntry]) -> None:
-    """Write atomically: a crash mid-write never leaves half a lock file."""
-    import tomli_w
-
-    from .._files import write_atomic
+def render_lock(entries: dict[str, LockEntry]) -> str:
+    """The lock file's text; rendered before anything is written, so a failure writes nothing."""
+    import tomli_w  # only applying writes TOML: keep it off the dispatcher's import path
 
     doc: dict[str, Any] = {"version": LOCK_VERSION, "targets": {}}
     for target in sorted(entries):
@@ -86,4 +84,11 @@ def write_lock(path: Path, entries: dict[str, LockEntry]) -> None:
         d.pop("target")
         extra = d.pop("extra") or {}
         doc["targets"][target] = {**d, **extra}
-    write_atomic(path, "# Written by pytest-maxcode: the accepted kernels. Commit this file.\n" + tomli_w.dumps(doc))
+    return "# Written by pytest-maxcode: the accepted kernels. Commit this file.\n" + tomli_w.dumps(doc)
+
+
+def write_lock(path: Path, entries: dict[str, LockEntry]) -> None:
+    """Write atomically: a crash mid-write never leaves half a lock file."""
+    from .._files import write_atomic
+
+    write_atomic(path, render_lock(entries))
