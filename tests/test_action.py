@@ -222,7 +222,7 @@ def test_action_is_composite_and_pins_its_actions():
         if "run" in s:
             assert s["shell"] == "bash", s["name"]
     install = step("Install pytest-maxcode")
-    assert install["run"].strip() == 'python -m pip install "$GITHUB_ACTION_PATH"'
+    assert install["run"].strip().splitlines()[-1] == 'python -m pip install "$GITHUB_ACTION_PATH[bot,openai,value]"'
 
 
 def test_no_expression_in_any_script():
