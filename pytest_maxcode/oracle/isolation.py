@@ -1,0 +1,302 @@
+"""OS isolation for every process that runs candidate code (DESIGN.md section 5.0).
+
+A candidate is a native program: no check inside its own process can hold. What holds is
+the kernel's: new user, PID, network, IPC and UTS namespaces, a read-only view of the
+filesystem with one private writable job directory, limits that count shared memory and
+processes, and one kill that ends everything the sandbox made.
+
+Kinds, strongest first:
+
+- ``bwrap``: bubblewrap (Debian/Ubuntu package ``bubblewrap``). All namespaces, the
+  read-only view, a private ``/tmp`` and ``/dev/shm``, the user's credential files masked,
+  ``--die-with-parent`` so that killing the sandbox's root process ends its PID namespace.
+- ``unshare``: util-linux ``unshare`` where bubblewrap is missing. User, PID, network, IPC
+  and UTS namespaces and a private ``/proc``; the filesystem stays writable (said so).
+- ``none``: only when asked for; every verdict and report says so.
+
+Limits go through the cgroup controllers this process may write (memory, which counts
+``MAP_SHARED`` pages; pids, which counts threads), else through rlimits set by the small
+shell that starts the sandbox (``RLIMIT_AS`` also counts shared mappings; nothing counts
+processes then, and :attr:`Isolation.missing` says it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import MaxcodeError
+
+KINDS = ("bwrap", "unshare", "none")
+#: what ``auto`` picks from, in order
+STRONGEST_FIRST = ("bwrap", "unshare")
+#: credential files a candidate has no business reading, masked under bubblewrap
+CREDENTIALS = (".ssh", ".aws", ".azure", ".config/gh", ".config/gcloud", ".docker", ".kube", ".gnupg",
+               ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".huggingface", ".cache/huggingface")
+WHAT = {
+    "bwrap": ("user, PID, network, IPC and UTS namespaces", "a read-only filesystem with a private job directory",
+              "no network", "one kill ends every process"),
+    "unshare": ("user, PID, network, IPC and UTS namespaces", "no network", "one kill ends every process"),
+    "none": (),
+}
+NOT_ENFORCED = {
+    "bwrap": (),
+    "unshare": ("the filesystem is writable (install bubblewrap for a read-only view)",),
+    "none": ("no namespaces: the candidate sees the network, every process and every file of this user",),
+}
+#: the shell that joins the cgroups and sets the rlimits, then execs the sandbox (no pre-exec
+#: hook in Python: that forces a full fork of a process that may hold gigabytes)
+_STARTER = 'while [ "$1" != -- ]; do eval "$1" || exit 125; shift; done; shift; exec "$@"'
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a sandbox may use; None leaves a limit off."""
+
+    memory: int | None = 4 << 30
+    pids: int | None = 256
+    file_size: int | None = 1 << 30
+    cpu_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The sandbox in force: named in every verdict and report."""
+
+    kind: str
+    enforced: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    reason: str = ""  # why ``auto`` fell back, when it did
+
+    def describe(self) -> str:
+        text = self.kind
+        if self.missing:
+            text += " (not enforced: " + "; ".join(self.missing) + ")"
+        return text
+
+    @property
+    def weak(self) -> bool:
+        return bool(self.missing)
+
+
+@functools.lru_cache(maxsize=None)
+def works(kind: str) -> str | None:
+    """None if ``kind`` can make its namespaces here, else the one-line reason it cannot."""
+    if kind == "none":
+        return None
+    tool = {"bwrap": "bwrap", "unshare": "unshare"}[kind]
+    if shutil.which(tool) is None:
+        return f"{tool} is not installed" + (" (apt-get install bubblewrap)" if kind == "bwrap" else "")
+    argv = _namespace_argv(kind, Path("/"), ()) + ["/bin/true"]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{tool} failed to start: {e}"
+    if r.returncode != 0:
+        first = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[0]
+        hint = ""
+        if "ermission" in first or "Operation not permitted" in first:
+            hint = "; user namespaces are off here (sysctl kernel.unprivileged_userns_clone=1, or kernel.apparmor_restrict_unprivileged_userns=0)"
+        return f"{tool} cannot make namespaces here: {first}{hint}"
+    return None
+
+
+def resolve(requested: str = "auto") -> Isolation:
+    """The isolation for ``requested`` (auto, bwrap, unshare or none), or one line saying why not."""
+    if requested not in ("auto", *KINDS):
+        raise MaxcodeError(f"sandbox {requested!r}: expected auto, {', '.join(KINDS)}")
+    if requested == "auto":
+        reasons = []
+        for kind in STRONGEST_FIRST:
+            why = works(kind)
+            if why is None:
+                return _isolation(kind, "; ".join(reasons))
+            reasons.append(why)
+        return _isolation("none", "; ".join(reasons))
+    why = works(requested)
+    if why is not None:
+        raise MaxcodeError(f"sandbox {requested}: {why}; use --maxcode-sandbox=auto to take the strongest available")
+    return _isolation(requested, "")
+
+
+def _isolation(kind: str, reason: str) -> Isolation:
+    missing = list(NOT_ENFORCED[kind])
+    if kind != "none" and not _cgroup_roots():
+        missing.append("no writable cgroup: memory is limited by RLIMIT_AS, the number of processes not at all")
+    return Isolation(kind, WHAT[kind], tuple(missing), reason)
+
+
+def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path]) -> list[str]:
+    if kind == "none":
+        return []
+    if kind == "unshare":
+        return ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount-proc",
+                "--net", "--ipc", "--uts", f"--wd={job_dir}", "--"]
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    home = Path.home()
+    for rel in CREDENTIALS:
+        path = home / rel
+        if path.is_dir():
+            argv += ["--tmpfs", str(path)]
+        elif path.exists():
+            argv += ["--ro-bind", "/dev/null", str(path)]
+    for path in (job_dir, *extra_writable):
+        if str(path) != "/":
+            argv += ["--bind", str(path), str(path)]
+    if str(job_dir) != "/":
+        argv += ["--chdir", str(job_dir)]
+    return argv + ["--"]
+
+
+@functools.lru_cache(maxsize=None)
+def _cgroup_roots() -> tuple[tuple[str, Path], ...]:
+    """(controller, this process's writable cgroup folder) for memory and pids, v1 or v2."""
+    out: list[tuple[str, Path]] = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return ()
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if controllers == "":  # cgroup v2: one tree, controllers listed in the folder
+            base = Path("/sys/fs/cgroup") / rel.lstrip("/")
+            try:
+                enabled = (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                continue
+            for c in ("memory", "pids"):
+                if c in enabled and os.access(base, os.W_OK):
+                    out.append((c, base))
+            continue
+        for c in controllers.split(","):
+            if c in ("memory", "pids"):
+                base = Path("/sys/fs/cgroup") / c / rel.lstrip("/")
+                if os.access(base, os.W_OK):
+                    out.append((c, base))
+    return tuple(dict(out).items())
+
+
+@dataclass
+class Cgroups:
+    """The cgroup folders of one sandbox; removed by :meth:`cleanup`."""
+
+    folders: dict[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, limits: Limits) -> Cgroups:
+        made = cls()
+        name = f"maxcode-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        for controller, base in _cgroup_roots():
+            value = limits.memory if controller == "memory" else limits.pids
+            if value is None:
+                continue
+            folder = base / name
+            try:
+                folder.mkdir()
+                v2 = (folder / "memory.max").exists() or (folder / "cgroup.type").exists()
+                if controller == "memory":
+                    (folder / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(value))
+                    if not v2 and (folder / "memory.memsw.limit_in_bytes").exists():
+                        (folder / "memory.memsw.limit_in_bytes").write_text(str(value))
+                    elif v2 and (folder / "memory.swap.max").exists():
+                        (folder / "memory.swap.max").write_text("0")
+                else:
+                    (folder / "pids.max").write_text(str(value))
+            except OSError:
+                _rmdir(folder)
+                continue
+            made.folders[controller] = folder
+        return made
+
+    def join_commands(self) -> list[str]:
+        return [f"echo $$ > '{folder / 'cgroup.procs'}'" for folder in self.folders.values()]
+
+    def kill_all(self) -> None:
+        """Kill whatever is still inside (a process that left the PID namespace cannot leave these)."""
+        for folder in self.folders.values():
+            for _ in range(50):
+                try:
+                    pids = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+
+    def memory_exceeded(self) -> bool:
+        folder = self.folders.get("memory")
+        if folder is None:
+            return False
+        for name in ("memory.failcnt", "memory.events"):
+            try:
+                text = (folder / name).read_text()
+            except OSError:
+                continue
+            if name == "memory.failcnt":
+                return int(text.strip() or 0) > 0
+            return any(line.split()[0] in ("max", "oom_kill") and int(line.split()[1]) > 0 for line in text.splitlines())
+        return False
+
+    def cleanup(self) -> None:
+        self.kill_all()
+        for folder in self.folders.values():
+            _rmdir(folder)
+        self.folders.clear()
+
+
+def _rmdir(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def rlimit_commands(limits: Limits, have_memory_cgroup: bool) -> list[str]:
+    cmds = []
+    if limits.memory is not None and not have_memory_cgroup:
+        cmds.append(f"ulimit -v {max(1, limits.memory // 1024)}")
+    if limits.file_size is not None:
+        cmds.append(f"ulimit -f {max(1, limits.file_size // 512)}")
+    if limits.cpu_seconds is not None:
+        cmds.append(f"ulimit -t {max(1, int(limits.cpu_seconds))}")
+    return cmds
+
+
+@dataclass
+class Sandboxed:
+    """One command prepared to run in a sandbox: ``argv`` for Popen, ``cleanup`` afterwards."""
+
+    argv: list[str]
+    isolation: Isolation
+    cgroups: Cgroups
+
+    def cleanup(self) -> None:
+        self.cgroups.cleanup()
+
+
+def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Limits = Limits(),
+            extra_writable: Sequence[Path] = ()) -> Sandboxed:
+    """The command line that runs ``argv`` inside the sandbox, with its limits.
+
+    Start it in a new session (``start_new_session=True``) and kill its process group (or,
+    under a namespace, its root process: the PID namespace goes with it); then call
+    :meth:`Sandboxed.cleanup`, which also kills anything left in its cgroups.
+    """
+    cgroups = Cgroups.make(limits) if isolation.kind != "none" else Cgroups()
+    setup = cgroups.join_commands() + rlimit_commands(limits, "memory" in cgroups.folders)
+    inner = _namespace_argv(isolation.kind, job_dir, extra_writable) + list(argv)
+    if isolation.kind == "none":
+        setup.append(f"cd '{job_dir}'")
+    return Sandboxed(["/bin/sh", "-c", _STARTER, "maxcode-sandbox", *setup, "--", *inner], isolation, cgroups)

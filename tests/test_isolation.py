@@ -1,0 +1,219 @@
+"""The OS sandbox: hostile programs, written the way a reward-hacking candidate would, achieve nothing.
+
+Each test runs a small program inside the sandbox this machine offers (bubblewrap in CI,
+which installs it) and checks from outside that the attack did not land.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pytest_maxcode.errors import MaxcodeError
+from pytest_maxcode.oracle.isolation import Isolation, Limits, prepare, resolve, works
+
+STRONG = [k for k in ("bwrap", "unshare") if works(k) is None]
+needs_namespaces = pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")
+
+
+def run_in(isolation: Isolation, job: Path, code: str, limits: Limits = Limits(), timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    job.mkdir(parents=True, exist_ok=True)
+    box = prepare([sys.executable, "-c", textwrap.dedent(code)], isolation, job, limits)
+    proc = subprocess.Popen(box.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stdin=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+        box.cleanup()
+    return subprocess.CompletedProcess(box.argv, proc.returncode, out, err)
+
+
+@pytest.fixture(params=STRONG or ["none"])
+def iso(request: pytest.FixtureRequest) -> Isolation:
+    if request.param == "none":
+        pytest.skip("this machine can make no namespaces (install bubblewrap)")
+    return resolve(request.param)
+
+
+def test_auto_takes_the_strongest_kind_that_works_here() -> None:
+    auto = resolve("auto")
+    assert auto.kind == (STRONG[0] if STRONG else "none")
+    if auto.kind == "none":
+        assert auto.reason and auto.weak
+    assert resolve("none").missing and "no namespaces" in resolve("none").describe()
+
+
+def test_an_unknown_or_missing_kind_is_one_line() -> None:
+    with pytest.raises(MaxcodeError, match="^sandbox 'jail': expected auto, bwrap, unshare, none$"):
+        resolve("jail")
+
+
+@needs_namespaces
+def test_an_honest_program_runs_and_writes_its_job_directory(iso: Isolation, tmp_path: Path) -> None:
+    r = run_in(iso, tmp_path / "job", "open('out.txt', 'w').write('ok'); print(open('out.txt').read())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+    assert (tmp_path / "job" / "out.txt").read_text() == "ok"
+
+
+@needs_namespaces
+def test_a_helper_process_that_escapes_into_the_background_dies_with_the_sandbox(iso: Isolation, tmp_path: Path) -> None:
+    marker = f"maxcode-escapee-{uuid.uuid4().hex}"
+    r = run_in(iso, tmp_path / "job", f"""
+        import os, subprocess
+        # double fork, new session, a new name: the shapes that outrun a list-then-kill cleanup
+        subprocess.Popen(["/bin/sh", "-c", "exec -a {marker} sleep 300"], start_new_session=True)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execvp("/bin/sh", ["/bin/sh", "-c", "exec -a {marker} sleep 300"])
+            os._exit(0)
+        print("spawned")
+    """)
+    assert r.stdout.strip() == "spawned", r.stderr
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "a process of the sandbox outlived it"
+
+
+@needs_namespaces
+def test_the_secrets_of_its_ancestors_are_out_of_reach(iso: Isolation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = f"sk-fake-{uuid.uuid4().hex}"
+    monkeypatch.setenv("MAXCODE_TEST_FAKE_SECRET", secret)  # in this process's environ, the sandbox's ancestor
+    r = run_in(iso, tmp_path / "job", f"""
+        import glob
+        found = 0
+        for path in glob.glob("/proc/[0-9]*/environ"):
+            try:
+                found += b"{secret}" in open(path, "rb").read()
+            except OSError:
+                pass
+        print("found", found)
+    """)
+    assert r.stdout.strip() == "found 0", r.stdout + r.stderr
+    assert secret not in r.stdout + r.stderr
+
+
+@needs_namespaces
+def test_a_connection_to_a_listener_on_loopback_never_arrives(iso: Isolation, tmp_path: Path) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(5)
+    port = server.getsockname()[1]
+    arrived: list[bytes] = []
+
+    def accept() -> None:
+        try:
+            conn, _ = server.accept()
+            arrived.append(conn.recv(100))
+        except OSError:
+            pass
+
+    t = threading.Thread(target=accept)
+    t.start()
+    r = run_in(iso, tmp_path / "job", f"""
+        import socket
+        try:
+            s = socket.create_connection(("127.0.0.1", {port}), timeout=2)
+            s.sendall(b"stolen")
+            print("sent")
+        except OSError as e:
+            print("refused")
+    """)
+    t.join()
+    server.close()
+    assert arrived == [] and r.stdout.strip() == "refused", r.stdout + r.stderr
+
+
+@needs_namespaces
+def test_files_outside_the_job_directory_cannot_be_written(iso: Isolation, tmp_path: Path) -> None:
+    if iso.kind != "bwrap":
+        pytest.skip("only bubblewrap gives a read-only view (unshare says so in Isolation.missing)")
+    victim = tmp_path / "project.py"  # under /tmp, which the sandbox sees as its own empty tmpfs
+    victim.write_text("original")
+    planted = Path.cwd() / f"maxcode-planted-{uuid.uuid4().hex}.so"  # outside /tmp: read-only inside
+    r = run_in(iso, tmp_path / "job", f"""
+        for path in ({str(victim)!r}, {str(planted)!r}):
+            try:
+                open(path, "w").write("forged")
+                print("wrote", path)
+            except OSError:
+                print("refused")
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "refused", r.stdout
+    assert victim.read_text() == "original" and not planted.exists()
+
+
+@needs_namespaces
+def test_it_cannot_signal_the_process_that_started_it(iso: Isolation, tmp_path: Path) -> None:
+    r = run_in(iso, tmp_path / "job", f"""
+        import os, signal
+        try:
+            os.kill({os.getpid()}, signal.SIGSTOP)
+            print("signalled")
+        except OSError:
+            print("no such process")
+    """)
+    assert r.stdout.strip() == "no such process", r.stdout + r.stderr
+
+
+@needs_namespaces
+def test_shared_memory_counts_against_the_memory_limit(iso: Isolation, tmp_path: Path) -> None:
+    r = run_in(iso, tmp_path / "job", """
+        import mmap
+        size = 1 << 30
+        m = mmap.mmap(-1, size, flags=mmap.MAP_SHARED)
+        for i in range(0, size, 4096):
+            m[i] = 1
+        print("held 1 GiB of shared memory")
+    """, limits=Limits(memory=256 << 20))
+    assert "held" not in r.stdout, "MAP_SHARED memory escaped the limit"
+    assert r.returncode != 0
+
+
+@needs_namespaces
+def test_a_huge_file_in_the_job_directory_is_stopped(iso: Isolation, tmp_path: Path) -> None:
+    r = run_in(iso, tmp_path / "job", """
+        with open("big", "wb") as f:
+            for _ in range(64):
+                f.write(b"x" * (1 << 20))
+        print("wrote 64 MiB")
+    """, limits=Limits(file_size=4 << 20))
+    assert "wrote" not in r.stdout and r.returncode != 0
+    assert (tmp_path / "job" / "big").stat().st_size <= 4 << 20
+
+
+@needs_namespaces
+def test_a_fork_bomb_meets_the_process_limit(iso: Isolation, tmp_path: Path) -> None:
+    if "processes not at all" in " ".join(iso.missing):
+        pytest.skip("no writable pids cgroup here: the limit on processes is not enforced (Isolation.missing says so)")
+    r = run_in(iso, tmp_path / "job", """
+        import os, time
+        n = 0
+        try:
+            for _ in range(500):
+                if os.fork() == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                n += 1
+        except OSError:
+            pass
+        print("forked", n)
+    """, limits=Limits(pids=40), timeout=60)
+    forked = int(r.stdout.split()[-1]) if r.stdout.strip() else 0
+    assert forked < 40, r.stdout + r.stderr
