@@ -208,3 +208,50 @@ def test_inplace_kernel_writes_the_argument_and_returns_it(pytester: pytest.Pyte
     result = pytester.runpytest_subprocess("-s")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*INPLACE kernel True [[]0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0[]] 1*"])
+
+
+WARN_USE = '''
+import warnings
+
+import torch
+
+
+def test_warns_once():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import mylib
+
+        x, b = torch.randn(64, 1024), torch.randn(1024)
+        for _ in range(3):
+            torch.testing.assert_close(mylib.chain(x, b), torch.relu(x * 2.0 + b) ** 2 - 0.5)
+    mine = [str(w.message) for w in caught if "maxcode" in str(w.message)]
+    print("WARNINGS", len(mine), "|", mylib.chain.maxcode.active, "|", " / ".join(mine))
+'''
+
+
+def _warnings(result: pytest.RunResult) -> str:
+    return next(line for line in result.outlines if "WARNINGS" in line)
+
+
+def test_a_missing_accepted_kernel_warns_once_and_runs_the_reference(proj: pytest.Pytester) -> None:
+    (proj.path / "maxcode_kernels" / "mylib.chain.cpp").unlink()
+    proj.makepyfile(test_warn=WARN_USE)
+    result = proj.runpytest_subprocess("-s", "test_warn.py")
+    result.assert_outcomes(passed=1)
+    line = _warnings(result)
+    assert "WARNINGS 1 | reference |" in line
+    assert "maxcode_kernels/mylib.chain.cpp does not exist; falling back to the reference" in line
+
+
+def test_an_unloadable_accepted_kernel_warns_once_and_runs_the_reference(proj: pytest.Pytester) -> None:
+    # it builds, but has no maxcode_run: the library cannot be loaded as a kernel
+    accept(
+        proj.path, target_id="mylib.chain", reference_file=proj.path / "mylib.py", qualname="chain",
+        kernel_source='extern "C" int not_a_kernel() { return 0; }\n', lang="cpp", device="cpu", arch="x86_64",
+        speedup=2.0, speedup_ci=[1.9, 2.1],
+    )
+    proj.makepyfile(test_warn=WARN_USE)
+    result = proj.runpytest_subprocess("-s", "test_warn.py")
+    result.assert_outcomes(passed=1)
+    line = _warnings(result)
+    assert "WARNINGS 1 | reference |" in line and "the accepted kernel failed" in line

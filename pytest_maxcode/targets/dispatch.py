@@ -57,6 +57,10 @@ def install(handle: TargetHandle, entry: LockEntry, root: Path) -> None:
     if state != "active":
         if state == "stale":
             handle.warn_once("stale", f"{why}; falling back to the reference (re-run pytest --maxcode)")
+        elif state == "missing":
+            # the lock promises a kernel that is not there (not committed, deleted, a partial checkout)
+            handle.warn_once("missing", f"the accepted kernel {why}; falling back to the reference "
+                                        "(restore it, or re-run pytest --maxcode --maxcode-apply)")
         handle.use_reference(f"{state}: {why}")
         return
     if entry.lang == "py":
