@@ -19,6 +19,7 @@ EXTRAS: dict[str, str] = {
     "git": "bot",
     "openai": "openai",
     "sklearn": "value",
+    "scipy": "value",
     "ray": "ray",
     "trl": "rl",
     "datasets": "rl",

@@ -77,6 +77,7 @@ def save(model: Any, out_dir: Path, *, gamma: float, rows: list[Row]) -> Path:
 def load(path: Path) -> tuple[Any, float]:
     if not path.is_file():
         raise MaxcodeError(f"{path}: no value model; train one with maxcode value train")
+    _sklearn()  # unpickling the model needs it: say which extra, not a bare ModuleNotFoundError
     data = pickle.loads(path.read_bytes())  # our own file, written by save()
     if data.get("features") != FEATURE_NAMES:
         raise MaxcodeError(f"{path}: trained on other features; train it again with maxcode value train")
@@ -84,7 +85,7 @@ def load(path: Path) -> tuple[Any, float]:
 
 
 def _spearman(a: list[float], b: list[float]) -> float | None:
-    from scipy.stats import spearmanr
+    spearmanr = require("scipy.stats", "evaluating the value model").spearmanr
 
     if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
         return None
