@@ -281,6 +281,11 @@ class Oracle:
                 wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
                 if returns and returns.endswith(":unchanged"):
                     wl.weak.append("the in-place reference left its arguments unchanged on the first input set")
+                rejected, generated = int(w.get("rejected") or 0), int(w.get("generated") or 0)
+                if rejected and rejected == generated:
+                    wl.weak.append("the reference rejected every generated input set: only the captured ones check candidates")
+                elif rejected:
+                    self.progress(f"{w['name']}: the reference rejected {rejected} of {generated} generated input set(s); checking on the rest")
                 self.workloads.append(wl)
         finally:
             expected_path.unlink(missing_ok=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .decorator import TargetHandle
 
@@ -73,14 +73,27 @@ class Recorder:
         recorder = self
 
         def impl(fn: Any, args: tuple, kwargs: dict) -> Any:
-            recorder.record(cap, args, kwargs)
-            return fn(*args, **kwargs)
+            # copied before the call (the reference may write into its arguments), kept only
+            # after it returned: a call that raised (inside ``pytest.raises``, say) shows what
+            # the reference rejects, and a workload the reference rejects fails every check
+            keep = recorder.record(cap, args, kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                if keep is not None:
+                    cap.note_skip("the call raised an exception")
+                raise
+            if keep is not None:
+                keep()
+            return result
 
         handle._impl = impl
         handle.active = "capture"
         handle.reason = "pytest --maxcode is recording its inputs"
 
-    def record(self, cap: TargetCapture, args: tuple, kwargs: dict) -> None:
+    def record(self, cap: TargetCapture, args: tuple, kwargs: dict) -> Callable[[], None] | None:
+        """Note the caller and copy the arguments; returns what keeps the copy as an input set
+        (call it once the call returned), or None when this call is not captured."""
         import torch
 
         cap.calls += 1
@@ -91,29 +104,40 @@ class Recorder:
                 cap.benchmark_callers.append(test)
         values = args[1:] if cap.handle.kind == "module" else args
         if cap.handle.kind == "module" and not self._same_module(cap, args[0]):
-            return
+            return None
         if kwargs:
             cap.note_skip("called with keyword arguments")
-            return
+            return None
         if any(not isinstance(v, (torch.Tensor, bool, int, float)) for v in values):
             cap.note_skip("an argument is neither a tensor nor an int/float/bool")
-            return
+            return None
         sig = signature(values)
         w = cap.workloads.get(sig)
-        if w is None:
-            if len(cap.workloads) >= self.max_signatures:
-                cap.note_skip(f"more than {self.max_signatures} distinct signatures")
-                return
-            w = cap.workloads[sig] = Workload(sig)
-        if len(w.sets) >= self.sets_per_signature:
-            return
+        if w is None and len(cap.workloads) >= self.max_signatures:
+            cap.note_skip(f"more than {self.max_signatures} distinct signatures")
+            return None
+        if w is not None and len(w.sets) >= self.sets_per_signature:
+            return None
         size = sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
         if cap.bytes + size > self.max_bytes:
             cap.note_skip(f"over the {self.max_bytes >> 20} MiB capture limit")
-            return
+            return None
         with torch.no_grad():
-            w.sets.append([v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v for v in values])
-        cap.bytes += size
+            copied = [v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v for v in values]
+
+        def keep() -> None:
+            # checked again: a call made inside this one (recursion) may have filled the slots
+            w = cap.workloads.get(sig)
+            if w is None:
+                if len(cap.workloads) >= self.max_signatures:
+                    return
+                w = cap.workloads[sig] = Workload(sig)
+            if len(w.sets) >= self.sets_per_signature or cap.bytes + size > self.max_bytes:
+                return
+            w.sets.append(copied)
+            cap.bytes += size
+
+        return keep
 
     @staticmethod
     def _same_module(cap: TargetCapture, module: Any) -> bool:

@@ -297,15 +297,32 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
         sets = []
         if w.get("captured"):
             sets = [list(s) for s in torch.load(w["captured"], weights_only=True)["sets"]]
+        n_captured = len(sets)
         for seed in w.get("seeds", []):
             torch.manual_seed(seed)
             sets.append(list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(sets[0]))
         expected = []
         returns = None
+        rejected = 0
+        kept = []
         with torch.no_grad():
-            for s in sets:
+            for i, s in enumerate(sets):
                 args = _to_device([_clone(v) for v in s], device)
-                result = fn(*args)
+                try:
+                    result = fn(*args)
+                except Exception:
+                    if i < n_captured or ref.inputs_fn is not None:
+                        raise
+                    # a generated set the reference rejects (a constraint between arguments, say):
+                    # the captured values reshuffled, else no such set
+                    s = _random_like(sets[0], resample_only=True)
+                    args = _to_device([_clone(v) for v in s], device)
+                    try:
+                        result = fn(*args)
+                    except Exception:
+                        rejected += 1
+                        continue
+                kept.append(s)
                 _sync(device)
                 if job.get("inplace"):
                     # an in-place target's result is the state of its tensor arguments
@@ -317,41 +334,73 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
                 else:
                     outs = _as_outputs(result)
                 expected.append([o.detach().to("cpu").clone() for o in outs])
+        sets = kept
         cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in sets]
         out_meta = [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in expected[0]]
         in_bytes = sum(v.numel() * v.element_size() for v in cpu_sets[0] if isinstance(v, torch.Tensor))
         workloads.append({
             "name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta,
             "in_bytes": in_bytes, "returns": returns, "flops": _count_flops(fn, sets[0], device),
+            "rejected": rejected, "generated": len(w.get("seeds", [])),
         })
     # Files, not the channel: the zygote loads the inputs, and only the parent the
     # expected outputs (it deletes that file before any candidate runs).
     torch.save([{k: w[k] for k in ("name", "sets", "out_meta")} for w in workloads], job["inputs_out"])
-    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns", "flops")} for w in workloads], job["expected_out"])
+    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns", "flops", "rejected", "generated")}
+                for w in workloads], job["expected_out"])
     _send_child(conn, "reference")
 
 
-def _random_like(values: list) -> list:
-    """Fresh inputs shaped like captured ones: same shapes, dtypes, strides and value range."""
+#: a floating tensor with at most this many distinct values is treated as discrete (levels,
+#: labels, masks stored as floats): its generated values are drawn from those values only
+DISCRETE_VALUES = 16
+
+
+def _random_like(values: list, resample_only: bool = False) -> list:
+    """Fresh inputs shaped like captured ones (shapes, dtypes, strides), inside their value domain.
+
+    A reference may reject part of its type's range (a log of non-positive numbers, an index
+    out of bounds), so generated values never leave what the captured ones show: integers,
+    booleans and discrete floats are resampled from the captured values; continuous floats are
+    uniform within the observed [min, max] (the sign and any bound the tests respect are kept).
+    ``resample_only`` resamples every tensor: the fallback when the reference rejected a set.
+    """
     import torch
 
     out = []
     for v in values:
         if not isinstance(v, torch.Tensor) or v.numel() == 0:
             out.append(v)
-        elif v.dtype == torch.bool:
-            out.append(torch.rand(v.shape) < 0.5)
-        elif v.is_floating_point():
-            f = v.float()
-            std = float(f.std()) if v.numel() > 1 else 0.0
-            scale = std if std > 0 and std == std else 1.0
-            out.append((torch.randn_like(f) * scale + float(f.mean())).to(v.dtype))
+            continue
+        flat = v.detach().reshape(-1)
+        if resample_only or not (v.is_floating_point() or v.is_complex()) or not bool(torch.isfinite(flat).all()):
+            fresh = _resample(flat, v.shape)
         elif v.is_complex():
-            out.append(torch.randn_like(v))
+            fresh = torch.complex(_uniform(flat.real, v.shape), _uniform(flat.imag, v.shape)).to(v.dtype)
+        elif bool(torch.equal(flat, flat.round())) or flat.unique().numel() <= DISCRETE_VALUES:
+            fresh = _resample(flat, v.shape)
         else:
-            lo, hi = int(v.min()), int(v.max())
-            out.append(torch.randint(lo, hi + 1, v.shape, dtype=v.dtype) if hi > lo else v.clone())
+            fresh = _uniform(flat, v.shape).to(v.dtype)
+        like = torch.empty_like(v)  # keeps a dense tensor's strides (a transposed input stays transposed)
+        like.copy_(fresh)
+        out.append(like)
     return out
+
+
+def _resample(flat, shape):
+    """Values drawn with replacement from the captured ones."""
+    import torch
+
+    return flat[torch.randint(0, flat.numel(), tuple(shape))]
+
+
+def _uniform(flat, shape):
+    """Uniform within the captured values' [min, max], computed in float64 so the bounds hold."""
+    import torch
+
+    lo, hi = float(flat.min()), float(flat.max())
+    u = torch.rand(tuple(shape), dtype=torch.float64)
+    return (lo + (hi - lo) * u).clamp_(lo, hi)
 
 
 def _returned(result, args: list) -> str:
