@@ -1,9 +1,13 @@
-"""``maxcode compare``: real pytest-benchmark runs of a real 20% slowdown and of unchanged code."""
+"""``maxcode compare``: its statistics on benchmark files written here from seeded draws (a 20%
+slowdown, and the same code measured twice), so no verdict depends on how loaded this machine
+is; and a real pytest-benchmark run, to read the file format it really writes."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +33,7 @@ def work(n):
 
 
 def test_work(benchmark):
-    assert benchmark(work, {n}) > 0
+    assert benchmark(work, 2000) > 0
 
 
 def test_steady(benchmark):
@@ -37,28 +41,69 @@ def test_steady(benchmark):
 '''
 
 
-def bench(path: Path, n: int, out: str) -> Path:
-    (path / "test_bench.py").write_text(BENCH.format(n=n))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-only", f"--benchmark-json={out}",
-         "--benchmark-save-data", "--benchmark-max-time=0.5", "test_bench.py"],
-        cwd=path, capture_output=True, text=True, timeout=300, env=dict(os.environ),
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    return path / out
+def rounds(seed: int, median_s: float, n: int = 400) -> list[float]:
+    """Per-round times shaped like a real run's: a skewed body around ``median_s`` and a few
+    rounds an interruption made two or three times longer."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        t = median_s * rng.lognormvariate(0.0, 0.05)
+        if rng.random() < 0.01:
+            t *= rng.uniform(1.5, 3.0)
+        out.append(t)
+    return out
+
+
+def stats_of(data: list[float]) -> dict:
+    """pytest-benchmark's ``stats`` for raw per-round times (``--benchmark-save-data``)."""
+    return {"min": min(data), "max": max(data), "mean": statistics.fmean(data), "stddev": statistics.stdev(data),
+            "median": statistics.median(data), "rounds": len(data), "iterations": 1, "data": data}
+
+
+def write_bench(path: Path, runs: dict[str, list[float]]) -> Path:
+    """A pytest-benchmark JSON file (the fields ``maxcode compare`` reads) with these raw timings."""
+    benchmarks = [{"group": None, "name": name.split("::")[-1], "fullname": name, "params": None, "stats": stats_of(data)}
+                  for name, data in runs.items()]
+    path.write_text(json.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": benchmarks, "version": "5.1.0"}))
+    return path
+
+
+WORK, STEADY = "test_bench.py::test_work", "test_bench.py::test_steady"
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Base, the same code again, and a head doing 20% more work in test_work."""
+    """Base, the same code measured again (fresh draws from the same distribution), and a head
+    whose test_work is 20% slower."""
     path = tmp_path_factory.mktemp("bench")
-    bench(path, 2000, "base.json")
-    bench(path, 2000, "same.json")
-    bench(path, 2400, "slow.json")
+    write_bench(path / "base.json", {WORK: rounds(1, 100e-6), STEADY: rounds(2, 80e-6)})
+    write_bench(path / "same.json", {WORK: rounds(3, 100e-6), STEADY: rounds(4, 80e-6)})
+    write_bench(path / "slow.json", {WORK: rounds(5, 120e-6), STEADY: rounds(6, 80e-6)})
     return path
 
 
-def test_a_real_20_percent_slowdown_is_flagged_and_fails_when_asked(runs: Path) -> None:
+def test_a_real_pytest_benchmark_file_is_read_with_its_raw_timings(tmp_path: Path) -> None:
+    """One real run; its head is the same file with test_work's every round 1.5x longer, so the
+    verdicts are the statistics' own, not this machine's load."""
+    (tmp_path / "test_bench.py").write_text(BENCH)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-only", "--benchmark-json=real.json",
+         "--benchmark-save-data", "--benchmark-max-time=0.5", "--benchmark-min-rounds=50", "test_bench.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    real = load_timings(tmp_path / "real.json")
+    assert set(real) == {WORK, STEADY}
+    assert all(t.data and len(t.data) == t.rounds >= 50 and t.median_s > 0 for t in real.values())
+    write_bench(tmp_path / "head.json", {WORK: [x * 1.5 for x in real[WORK].data], STEADY: real[STEADY].data})
+    r = run_maxcode(["compare", "real.json", "head.json", "--json", "cmp.json", "--fail-on-regression"], cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    by = {c["name"]: c for c in json.loads((tmp_path / "cmp.json").read_text())["comparisons"]}
+    assert by[WORK]["verdict"] == "regressed" and by[WORK]["change"] == pytest.approx(0.5)
+    assert by[STEADY]["verdict"] == "unchanged" and by[STEADY]["change"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_20_percent_slowdown_is_flagged_and_fails_when_asked(runs: Path) -> None:
     r = run_maxcode(["compare", "base.json", "slow.json", "--json", "out/cmp.json", "--markdown", "out/cmp.md",
                      "--fail-on-regression"], cwd=runs)
     assert r.returncode == 1, r.stderr
