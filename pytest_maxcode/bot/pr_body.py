@@ -37,7 +37,7 @@ def _device(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
 
 def title(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
     lang = "C++ program" if is_program(t) else LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
-    return f"⚡ Speed up {t['id']} {t['speedup']:.2g}x ({lang}, {_device(t, machine)})"
+    return f"⚡ Speed up {t['id']} {t['speedup']:.3g}x ({lang}, {_device(t, machine)})"
 
 
 def _what(t: Mapping[str, Any], lang: str, kernel_path: str, ref: Mapping[str, Any]) -> str:
@@ -80,12 +80,14 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
     out += ["", f"Verdict: {t.get('reason', '')}"]
     benchmarks = t.get("benchmarks") or []
     if benchmarks:
-        out += ["", "### Your benchmarks (pytest-benchmark, re-run with and without the kernel)", "",
-                "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup | rounds |", "|---|---:|---:|---:|---:|"]
+        runs = max((int(b.get("runs") or 1) for b in benchmarks), default=1)
+        how = f"{runs} runs each, alternating" if runs > 1 else "one run each"
+        out += ["", f"### Your benchmarks (pytest-benchmark, re-run with and without the kernel: {how})", "",
+                "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup (95% CI) | rounds |", "|---|---:|---:|---:|---:|"]
         for b in benchmarks:
             r, c = b["reference"], b["candidate"]
             out.append(f"| `{b['name']}` | {fmt_time(r['median_s'])} ± {fmt_time(r.get('stddev_s'))} | {fmt_time(c['median_s'])} ± "
-                       f"{fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
+                       f"{fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x{_ci(b.get('speedup_ci'))} | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
     tests = t.get("tests") or {}
     rerun = tests.get("rerun") or []
     heading = "### Tests re-run with the kernel active"

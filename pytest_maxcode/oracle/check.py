@@ -24,7 +24,7 @@ from . import build as build_mod
 from .compare import compare, weak_reasons
 from .pool import ChildGone, JobTimeout, WorkerSetupError, Zygote
 from .reference import ReferenceSpec
-from .verdict import Verdict
+from .verdict import Verdict, undecided
 
 NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 GiB = 1 << 30
@@ -563,6 +563,9 @@ def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str) 
     else:
         v.status = "not_faster"
         v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] does not clear {min_speedup}"]
+        if undecided(v.status, v.speedup_ci, min_speedup):
+            v.diagnostics["undecided"] = True
+            v.reasons[0] += f": too noisy to decide (the interval spans a factor of {sp.high / sp.low:.3g})"
 
 
 def second_measurement(first: Verdict) -> Verdict:

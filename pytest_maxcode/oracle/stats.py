@@ -98,3 +98,58 @@ def summary(samples: Sequence[float]) -> dict[str, float]:
 def geomean(values: Sequence[float]) -> float:
     a = np.asarray(values, dtype=np.float64)
     return float(np.exp(np.mean(np.log(a))))
+
+
+#: rounds of one run the two-level bootstrap resamples (evenly thinned beyond that): a
+#: microsecond-scale benchmark can record a million rounds, and the medians barely move
+MAX_ROUNDS_PER_RUN = 2000
+
+
+def runs_speedup(
+    pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+    *,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> Speedup:
+    """Ratio of medians over several independent runs of each side (e.g. the user's benchmarks
+    re-run, reference and kernel alternating), with a two-level bootstrap 95% interval.
+
+    Each pair is one reference run's and one candidate run's per-round times. Runs are
+    resampled first, then rounds within each, so what differs from one process to the next
+    (its allocator, a burst of load) widens the interval instead of being quoted as a speedup:
+    one noisy pair of runs cannot produce a confident 38x.
+    """
+    if not pairs:
+        raise ValueError("no runs")
+    rng = np.random.default_rng(seed)
+    refs = [_thin(np.asarray(r, dtype=np.float64)) for r, _ in pairs]
+    cands = [_thin(np.maximum(np.asarray(c, dtype=np.float64), 1e-12)) for _, c in pairs]
+    if any(len(a) == 0 for a in (*refs, *cands)):
+        raise ValueError("a run has no timings")
+    point = float(np.median(np.concatenate(refs)) / np.median(np.concatenate(cands)))
+    k = len(pairs)
+    boot = np.empty(n_boot)
+    for b in range(n_boot):
+        picked = rng.integers(0, k, size=k)
+        ref = np.concatenate([refs[j][rng.integers(0, len(refs[j]), size=len(refs[j]))] for j in picked])
+        cand = np.concatenate([cands[j][rng.integers(0, len(cands[j]), size=len(cands[j]))] for j in picked])
+        boot[b] = np.median(ref) / np.median(cand)
+    low, high = np.percentile(boot, [2.5, 97.5])
+    halves = (point, point)
+    if k >= 2:
+        first = [p for i, p in enumerate(pairs) if i < k // 2]
+        second = [p for i, p in enumerate(pairs) if i >= k // 2]
+        halves = (_pooled_ratio(first), _pooled_ratio(second))
+    return Speedup(point, float(min(low, point)), float(max(high, point)), halves)
+
+
+def _thin(a: np.ndarray) -> np.ndarray:
+    if len(a) <= MAX_ROUNDS_PER_RUN:
+        return a
+    return a[np.linspace(0, len(a) - 1, MAX_ROUNDS_PER_RUN).astype(int)]
+
+
+def _pooled_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
+    ref = np.concatenate([np.asarray(r, dtype=np.float64) for r, _ in pairs])
+    cand = np.concatenate([np.asarray(c, dtype=np.float64) for _, c in pairs])
+    return float(np.median(ref) / max(float(np.median(cand)), 1e-12))

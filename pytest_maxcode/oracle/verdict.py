@@ -10,6 +10,24 @@ from typing import Any
 STATUSES = ("faster", "not_faster", "wrong", "compile_error", "runtime_error", "crash", "timeout", "rejected", "format")
 CORRECT = ("faster", "not_faster")
 
+#: How wide (high / low) a 95% interval that straddles ``min_speedup`` may be before the
+#: measurement counts as undecided rather than "not faster". A decided interval is narrow
+#: (a few percent on a quiet machine; 1.3 is already a loud one); one spanning a factor of 2
+#: cannot tell a candidate that is 1.4x faster from one that is 1.4x slower, so calling it
+#: "not faster" would be a guess. Such a verdict is not reused from the store (it is timed
+#: again), and a run left with one says the machine was too noisy to decide.
+UNDECIDED_WIDTH = 2.0
+
+
+def undecided(status: str, speedup_ci: Any, min_speedup: float) -> bool:
+    """A timed ``not_faster`` whose interval straddles the bar and is too wide to decide."""
+    if status != "not_faster" or not isinstance(speedup_ci, (list, tuple)) or len(speedup_ci) != 2:
+        return False
+    low, high = speedup_ci
+    if not isinstance(low, (int, float)) or not isinstance(high, (int, float)) or not (low > 0 and math.isfinite(high)):
+        return False
+    return low < min_speedup <= high and high / low > UNDECIDED_WIDTH
+
 
 @dataclass
 class Verdict:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .._files import write_atomic
-from ._format import SUMMARY_COLUMNS, finite, fmt_cost, fmt_time, machine_line, options_line, search_brief, summary_row
+from ._format import SUMMARY_COLUMNS, finite, fmt_cost, fmt_counts, fmt_time, machine_line, noise_line, options_line, search_brief, summary_row
 from ._html import render_html
 from ._markdown import render_markdown
 
@@ -109,26 +109,74 @@ def write_reports(report: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     return paths
 
 
+#: the narrow table (an 80-column terminal): columns of :data:`SUMMARY_COLUMNS` by index, with
+#: shorter headers; the workload counts and times are left to the files
+NARROW_COLUMNS: tuple[tuple[int, str], ...] = ((0, "target"), (4, "speedup"), (5, "verdict"), (6, "tried/ok/failed"), (7, "tests"))
+#: free-text columns: (smallest width, largest width worth giving); the rest never wrap
+_FLEXIBLE = {0: (10, 40), 6: (16, 60), 7: (8, 40)}
+
+
+def _widths(rows: list[list[str]], columns: tuple[tuple[int, str], ...], width: int) -> dict[int, int] | None:
+    """Content widths that fit ``width``, or None when they cannot: numbers and verdicts as wide
+    as their cells, then the target id, the tests and the candidates up to what they need (rich
+    left alone squeezes free text to nothing and cuts numbers short)."""
+    def longest(i: int, header: str) -> int:
+        return max([len(header), *(len(r[i]) for r in rows)])
+
+    chrome = 3 * len(columns) + 1  # a space either side of each cell, one between cells, the edges
+    out = {i: longest(i, h) for i, h in columns if i not in _FLEXIBLE}
+    flexible = [(i, h) for i, h in columns if i in _FLEXIBLE]
+    free = width - chrome - sum(out.values())
+    want = {i: min(longest(i, h), _FLEXIBLE[i][1]) for i, h in flexible}
+    low = {i: min(_FLEXIBLE[i][0], want[i]) for i, _ in flexible}
+    if free < sum(low.values()):
+        return None
+    out.update(low)
+    free -= sum(low.values())
+    for i in (0, 7, 6):  # the id first, then the tests, then the failures by kind
+        if i in want:
+            extra = min(free, want[i] - out[i])
+            out[i] += extra
+            free -= extra
+    return out
+
+
 def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     """Print the summary table (and each target's one-line reason) to a rich console.
 
     Cells are rich ``Text``, never markup, so a ``[`` in a target id cannot restyle or break the table.
+    It stays readable in 80 columns: where the full table does not fit, the narrow one
+    (:data:`NARROW_COLUMNS`) leaves the times and workload counts to the files; numbers and
+    verdicts never wrap (no ``no_speed``/``up``), a long target id ends in an ellipsis (the lines
+    below the table name it in full), and only the free-text columns wrap, between words.
     """
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
     targets = report.get("targets") or []
+    rows = [summary_row(t) for t in targets]
+    columns: tuple[tuple[int, str], ...] = tuple(enumerate(SUMMARY_COLUMNS))
+    widths = _widths(rows, columns, console.width)
+    if widths is None:  # the narrow table: the failures by kind and the weak-check flag are in the reports
+        for t, row in zip(targets, rows):
+            row[5], row[6] = str(t.get("status", "?")), fmt_counts(t.get("candidates"))
+        columns = NARROW_COLUMNS
+        widths = _widths(rows, columns, console.width) or {}
     title = f"pytest-maxcode {report.get('tool_version', '?')}: {len(targets)} target(s)"
-    table = Table(title=title, caption=machine_line(report), show_lines=False)
-    for i, col in enumerate(SUMMARY_COLUMNS):
-        # target ids stay on one line: a reader greps for them
-        table.add_column(col, justify="right" if i in (1, 2, 3, 4) else "left", overflow="fold", no_wrap=(i == 0))
-    for t in targets:
-        row = summary_row(t)
+    table = Table(title=title, caption=machine_line(report), show_lines=False, box=box.SIMPLE_HEAD)
+    for i, header in columns:
+        if i == 0:  # target ids stay on one line: a reader greps for them
+            table.add_column(header, no_wrap=True, overflow="ellipsis", width=widths.get(i))
+        elif i in (1, 2, 3, 4, 5):
+            table.add_column(header, justify="right" if i < 5 else "left", no_wrap=True, overflow="ellipsis", width=widths.get(i))
+        else:
+            table.add_column(header, overflow="fold", width=widths.get(i))
+    for t, row in zip(targets, rows):
         style = _STATUS_STYLE.get(str(t.get("status")), "")
         cells = [Text(c) for c in row]
         cells[5].stylize(style)
-        table.add_row(*cells)
+        table.add_row(*(cells[i] for i, _ in columns))
     console.print(table)
     console.print(Text(f"options: {options_line(report)}", style="dim"))
     searches = [t["search"] for t in targets if isinstance(t.get("search"), Mapping)]
@@ -148,3 +196,6 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
             if brief:
                 line.append(f" ({brief})", style="dim")
             console.print(line)
+    noisy = noise_line(report)
+    if noisy:
+        console.print(Text(noisy, style="bold yellow"))

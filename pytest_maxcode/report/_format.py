@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from ..oracle.verdict import undecided
+
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "target",
     "workloads",
@@ -83,6 +85,15 @@ def fmt_candidates(candidates: Any) -> str:
     if not isinstance(candidates, Mapping):
         return "-"
     return f"{candidates.get('tried', 0)} / {candidates.get('correct', 0)} / {fmt_failed(candidates.get('failed'))}"
+
+
+def fmt_counts(candidates: Any) -> str:
+    """``tried / correct / failed`` as three numbers: the narrow terminal's candidates cell."""
+    if not isinstance(candidates, Mapping):
+        return "-"
+    failed = candidates.get("failed")
+    n_failed = sum(int(finite(v) or 0) for v in failed.values()) if isinstance(failed, Mapping) else 0
+    return f"{candidates.get('tried', 0)} / {candidates.get('correct', 0)} / {n_failed}"
 
 
 def fmt_tests(tests: Any) -> str:
@@ -217,4 +228,32 @@ def options_line(report: Mapping[str, Any]) -> str:
             f"device {o.get('device', '-')}",
             f"apply {'yes' if o.get('apply') else 'no'}",
         ]
+    )
+
+
+def _undecided_example(t: Mapping[str, Any], min_speedup: float) -> str | None:
+    """The target's undecided interval as ``1.04x [0.26, 4.65]``, or None when it has none.
+
+    From the evaluations' own flag (set by the oracle, whatever the target's bar), else from the
+    target's best correct candidate measured against the run's bar.
+    """
+    for e in t.get("trajectory") or []:
+        if isinstance(e, Mapping) and e.get("undecided"):
+            return fmt_speedup(e.get("speedup"), e.get("speedup_ci"))
+    if undecided("not_faster", t.get("speedup_ci"), min_speedup):
+        return fmt_speedup(t.get("speedup"), t.get("speedup_ci"))
+    return None
+
+
+def noise_line(report: Mapping[str, Any]) -> str:
+    """One line when the machine was too noisy to decide a target that found no speedup, else ''."""
+    min_speedup = finite((report.get("options") or {}).get("min_speedup")) or 1.05
+    targets = [t for t in report.get("targets") or [] if isinstance(t, Mapping) and t.get("status") == "no_speedup"]
+    noisy = [(t, ex) for t in targets if (ex := _undecided_example(t, min_speedup)) is not None]
+    if not noisy:
+        return ""
+    t, example = noisy[0]
+    return (
+        f"too noisy to decide: {len(noisy)} target(s) measured intervals too wide to call (e.g. {t.get('id', '?')} {example}); "
+        "run again on a quieter machine (undecided verdicts are timed again, not reused)"
     )

@@ -10,6 +10,7 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _format as f
+from .tree import _best_key, best_so_far_curve
 
 # Plot geometry, in SVG user units.
 _W, _H = 640, 280
@@ -147,7 +148,8 @@ def trajectory_svg(trajectory: Sequence[Mapping[str, Any]], min_speedup: float |
     if n == 0:
         return '<p class="empty">no evaluations</p>'
     speedups = [f.finite(e.get("speedup")) for e in trajectory]
-    best = [f.finite(e.get("best_so_far")) for e in trajectory]
+    # drawn from the verdicts, by the rule show and the curves use: only a faster node is best
+    best = [b for _, b in best_so_far_curve(trajectory)]
     minsp = f.finite(min_speedup)
     values = [v for v in speedups + best if v is not None] + [1.0] + ([minsp] if minsp is not None else [])
     step = _nice_step(max(values) * 1.05)
@@ -211,15 +213,16 @@ _CURVE_COLOURS = ("#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#1b7c8
 
 
 def _best_index(trajectory: Sequence[Mapping[str, Any]], best: Any) -> int | None:
-    """Position of the report's best candidate in the trajectory (its fastest correct evaluation),
-    else of the fastest correct evaluation; None when nothing was correct."""
-    correct = [(i, f.finite(e.get("speedup"))) for i, e in enumerate(trajectory) if e.get("status") in f.CORRECT_STATUSES]
+    """Position of the report's best candidate in the trajectory (its best ``faster`` evaluation),
+    else of the best ``faster`` evaluation; None when nothing was ``faster``: a merely correct
+    candidate is never ringed as best."""
+    faster = [(i, key) for i, e in enumerate(trajectory) if (key := _best_key(e)) is not None]
     if isinstance(best, Mapping) and best.get("hash"):
-        same = [(i, s) for i, s in correct if trajectory[i].get("hash") == best["hash"]]
-        correct = same or correct
-    if not correct:
+        same = [(i, k) for i, k in faster if trajectory[i].get("hash") == best["hash"]]
+        faster = same or faster
+    if not faster:
         return None
-    return max(correct, key=lambda c: (c[1] if c[1] is not None else float("-inf"), -c[0]))[0]
+    return max(faster, key=lambda c: (c[1], -c[0]))[0]
 
 
 def has_tree(trajectory: Sequence[Mapping[str, Any]]) -> bool:
@@ -227,10 +230,11 @@ def has_tree(trajectory: Sequence[Mapping[str, Any]]) -> bool:
     return any("parent" in e or "depth" in e for e in trajectory)
 
 
-def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: str = "") -> str:
+def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: str = "", speedup: Any = None) -> str:
     """The search tree: the reference on top, each evaluation a dot under the one it improved or fixed.
 
-    Dots are coloured by verdict, the best candidate ringed and labelled; hovering a dot shows its
+    Dots are coloured by verdict, the best candidate ringed and labelled (with ``speedup``, the
+    report's figure, when the ring is on the report's best candidate); hovering a dot shows its
     verdict, speedup, reward, origin and step. Leaves are spread left to right in the order the
     search made them, each parent centred over its children; a wide tree widens the picture.
     """
@@ -346,9 +350,11 @@ def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: s
         )
     if top is not None:
         cx, cy = xy(top)
+        same = isinstance(best, Mapping) and best.get("hash") and trajectory[top].get("hash") == best["hash"]
+        quoted = speedup if same and f.finite(speedup) is not None else trajectory[top].get("speedup")
         parts.append(
             f'<text x="{cx + r + 5:.1f}" y="{cy + 4:.1f}" style="fill:#0969da;font-weight:600">'
-            f"best {esc(f.fmt_ratio(trajectory[top].get('speedup')))}</text>"
+            f"best {esc(f.fmt_ratio(quoted))}</text>"
         )
     for st, lx, lrow in legend:
         ly = plot_bottom + 30 + 16 * lrow
@@ -439,7 +445,7 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
     out.append(trajectory_svg(trajectory, min_speedup, title=f"{t.get('id', '?')}: best-so-far speedup"))
     if trajectory and has_tree(trajectory):
         out.append("<h3>Search tree</h3>")
-        tree = tree_svg(trajectory, t.get("best"), title=f"{t.get('id', '?')}: search tree")
+        tree = tree_svg(trajectory, t.get("best"), title=f"{t.get('id', '?')}: search tree", speedup=t.get("speedup"))
         out.append(f'<div class="scroll">{tree}</div>')
     search = t.get("search")
     curves = search.get("curves") if isinstance(search, Mapping) else None
@@ -481,7 +487,7 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
                     f"{f.fmt_time(r.get('mean_s'))} ± {f.fmt_time(r.get('stddev_s'))}",
                     f"{f.fmt_time(c.get('mean_s'))} ± {f.fmt_time(c.get('stddev_s'))}",
                     f"{r.get('rounds', '-')} / {c.get('rounds', '-')}",
-                    f.fmt_ratio(b.get("speedup")),
+                    f.fmt_speedup(b.get("speedup"), b.get("speedup_ci")),
                 )
             )
         out.append("<h3>Benchmarks</h3>")
@@ -523,6 +529,9 @@ def render_html(report: Mapping[str, Any]) -> str:
                 classes=[str(t.get("status", "")) for t in targets],
             )
         )
+        noisy = f.noise_line(report)
+        if noisy:
+            body.append(f'<p class="no_speedup">{esc(noisy)}</p>')
         body += [_target_section(t, min_speedup, f"target-{i}") for i, t in enumerate(targets)]
     else:
         body.append("<p>No targets were optimized.</p>")

@@ -71,7 +71,7 @@ def _target_section(t: Mapping[str, Any]) -> list[str]:
         rows = []
         for b in benchmarks:
             r, c = timing(b.get("reference")), timing(b.get("candidate"))
-            rows.append((str(b.get("name", "?")), r[0], c[0], r[1], c[1], f"{r[2]} / {c[2]}", f.fmt_ratio(b.get("speedup"))))
+            rows.append((str(b.get("name", "?")), r[0], c[0], r[1], c[1], f"{r[2]} / {c[2]}", f.fmt_speedup(b.get("speedup"), b.get("speedup_ci"))))
         out += _table(
             (
                 "benchmark",
@@ -104,6 +104,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         return "\n".join(out)
     out += _table(f.SUMMARY_COLUMNS, (f.summary_row(t) for t in targets))
     out.append("")
+    noisy = f.noise_line(report)
+    if noisy:
+        out += [f"**{md_escape(noisy)}**", ""]
     for t in targets:
         out += _target_section(t)
     return "\n".join(out).rstrip("\n") + "\n"

@@ -25,6 +25,7 @@ __all__ = [
     "build_tree",
     "curve_label",
     "curves_by_strategy",
+    "node_interval",
     "node_line",
     "render_tree",
 ]
@@ -46,11 +47,19 @@ def _ordered(nodes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(nodes, key=lambda n: (n.get("id") is None, n.get("id") or 0))
 
 
-def _correct_speedup(node: Mapping[str, Any]) -> float | None:
-    """The node's speedup when it was correct, else None (a wrong kernel's timing means nothing)."""
-    if node.get("status") not in CORRECT:
+def _best_key(node: Mapping[str, Any]) -> tuple[float, float] | None:
+    """How a ``faster`` node ranks against the others (None for any other status): the lowest own
+    time first (every evaluation times the reference in its own process, so a candidate's own
+    median is what compares across evaluations), then the highest speedup where no time was kept.
+
+    Only ``faster`` counts: a ``not_faster`` node's point estimate is what its interval failed
+    to confirm (8.92x inside [0.54, 11.4] is no speedup), and a failed node's timing means nothing.
+    A ``faster`` node's speedup is its confirmed one: the oracle's second measurement.
+    """
+    if node.get("status") != "faster":
         return None
-    return _num(node.get("speedup"))
+    own = _num(node.get("candidate_s"))
+    return (-own if own else float("-inf"), _num(node.get("speedup")) or 0.0)
 
 
 def build_tree(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -71,15 +80,19 @@ def build_tree(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def best_so_far_curve(nodes: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
-    """``[[i, best], ...]``: after the i-th evaluation (1-based, id order), the best correct
-    speedup so far, or None while no evaluation has been correct."""
+    """``[[i, best], ...]``: after the i-th evaluation (1-based, id order), the confirmed speedup
+    of :func:`best_node` among the first i, or None while none was ``faster``.
+
+    The curve ends on the number ``maxcode show`` and the report quote for the same nodes.
+    """
     out: list[list[Any]] = []
-    best: float | None = None
+    best: tuple[float, float] | None = None
+    value: float | None = None
     for i, n in enumerate(_ordered(nodes), start=1):
-        s = _correct_speedup(n)
-        if s is not None and (best is None or s > best):
-            best = s
-        out.append([i, best])
+        key = _best_key(n)
+        if key is not None and (best is None or key > best):
+            best, value = key, _num(n.get("speedup"))
+        out.append([i, value])
     return out
 
 
@@ -111,18 +124,23 @@ def curves_by_strategy(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[lis
 
 
 def best_node(nodes: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The node a search would keep: faster before merely correct, then the lowest own time
-    (the highest speedup where no time was recorded). None when no node was correct."""
+    """The node a search keeps: among the ``faster`` ones, the lowest own time (see
+    :func:`_best_key`). None when no node was ``faster``: a merely correct node is never best."""
     best: Mapping[str, Any] | None = None
-    best_key: tuple[int, float, float] | None = None
+    best_key: tuple[float, float] | None = None
     for n in _ordered(nodes):
-        if n.get("status") not in CORRECT:
-            continue
-        own = _num(n.get("candidate_s"))
-        key = (1 if n.get("status") == "faster" else 0, -own if own else float("-inf"), _num(n.get("speedup")) or 0.0)
-        if best_key is None or key > best_key:
+        key = _best_key(n)
+        if key is not None and (best_key is None or key > best_key):
             best, best_key = n, key
     return best
+
+
+def node_interval(node: Mapping[str, Any]) -> tuple[float, float] | None:
+    """The node's 95% interval where the nodes carry one (``speedup_ci``, or ``ci_low``/``ci_high``)."""
+    ci = node.get("speedup_ci")
+    lo, hi = (ci[0], ci[1]) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (node.get("ci_low"), node.get("ci_high"))
+    lo, hi = _num(lo), _num(hi)
+    return (lo, hi) if lo is not None and hi is not None else None
 
 
 def _fmt_cost(cost: float | None) -> str:
@@ -163,6 +181,9 @@ def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: 
     line.append(f"  step {node.get('step', '?')}  ")
     line.append(status, style=STATUS_STYLE.get(status, _FORMAT_STYLE if status == "format" else ""))
     line.append(f"  {'-' if speedup is None else f'{speedup:.2f}x'}")
+    ci = node_interval(node) if speedup is not None else None
+    if ci is not None:
+        line.append(f" [{ci[0]:.2f}, {ci[1]:.2f}]")
     line.append(f"  reward {_fmt_reward(node.get('reward'))}")
     line.append(f"  {_fmt_cost(cost)}")
     line.append(f"  {node.get('origin', '?')}", style="cyan")

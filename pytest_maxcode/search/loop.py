@@ -3,7 +3,8 @@
 Resumable: before a batch goes to the oracle, candidates already evaluated under the
 same configuration and workloads are taken from the store, so a run killed mid-search
 and started again repeats no finished evaluation (and with the LLM response cache, no
-paid request either).
+paid request either). A stored verdict is evidence, not a fact: one too noisy to decide
+is timed again, and ``--maxcode-remeasure`` times every stored candidate again.
 
 Thread-safe per target: targets may be searched concurrently (their LLM requests
 overlap), while oracle work, which must not share the machine with other timings,
@@ -23,7 +24,7 @@ from typing import Any
 from ..errors import MaxcodeError
 from ..oracle.check import CheckConfig, Oracle
 from ..oracle.reference import ReferenceSpec
-from ..oracle.verdict import Verdict
+from ..oracle.verdict import Verdict, undecided
 from ..targets.decorator import normalized_source_in_file
 from .budget import Budget, Limits, Meter
 from .policy import BuiltinPolicy, TargetInfo, candidates_dir, materialize
@@ -76,6 +77,16 @@ def evaluation_key(config: CheckConfig, signatures: list[str], reference_source:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
+
+
+def reusable(row: dict[str, Any], min_speedup: float, remeasure: bool) -> bool:
+    """Whether a stored evaluation stands in for a new one: a stored verdict is evidence, and
+    evidence too weak to decide (an undecided interval) is measured again, as is every stored
+    candidate under ``--maxcode-remeasure``."""
+    if remeasure:
+        return False
+    ci = [row["ci_low"], row["ci_high"]] if row.get("ci_low") is not None else None
+    return not (row.get("diagnostics") or {}).get("undecided") and not undecided(row["status"], ci, min_speedup)
 
 
 def verdict_from_row(row: dict[str, Any], path: str) -> Verdict:
@@ -296,7 +307,7 @@ def _search(setup: Setup, root: Path, settings: dict[str, Any], start: float, ct
             critic = _make_critic(ctx.critic_llm, target, _candidate_lang(target, device, settings), settings, budget, run_id)
             result.critic = critic.label
             result.stop_reason = _run(strategy, policy, state, oracle, budget, store, run_id, target, hook, lock, progress, result,
-                                      llm is not None and builtin is None, critic)
+                                      llm is not None and builtin is None, critic, bool(settings.get("remeasure")))
         finally:
             oracle.close()
     except MaxcodeError as e:
@@ -433,7 +444,7 @@ def _format_verdict(p: Proposal) -> Verdict:
 
 def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracle, budget: Budget, store: Any, run_id: int | None,
          target: TargetInfo, hook: Any, lock: Any, progress: Callable[[str], None], result: SearchResult, uses_llm: bool,
-         critic: Any) -> str:
+         critic: Any, remeasure: bool = False) -> str:
     step = 0
     while True:
         why = budget.exhausted() or _unavailable(policy) or strategy.should_stop()
@@ -446,7 +457,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
         batch = strategy.propose(room)[:room]
         if not batch:
             return _unavailable(policy) or strategy.should_stop() or "the policy has no more candidates"
-        verdicts = _evaluate(batch, oracle, store, target, lock, progress, result)
+        verdicts = _evaluate(batch, oracle, store, target, lock, progress, result, remeasure)
         nodes = [state.add(p, v, step) for p, v in zip(batch, verdicts)]
         for node, c in zip(nodes, critic.critique_all(nodes)):
             node.critique, node.critique_flags = c.text(), list(c.unsupported)
@@ -475,16 +486,19 @@ def _unavailable(policy: Any) -> str | None:
 
 
 def _evaluate(batch: list[Proposal], oracle: Oracle, store: Any, target: TargetInfo, lock: Any,
-              progress: Callable[[str], None], result: SearchResult) -> list[Verdict]:
+              progress: Callable[[str], None], result: SearchResult, remeasure: bool = False) -> list[Verdict]:
     done: dict[int, Verdict] = {}
+    retimed = 0
     for i, p in enumerate(batch):
         if p.spec is None:
             done[i] = _format_verdict(p)
             continue
         row = store.find_evaluation(target.id, p.spec.hash, oracle.eval_key) if store else None
-        if row is not None:
+        if row is not None and reusable(row, oracle.config.min_speedup, remeasure):
             done[i] = verdict_from_row(row, str(p.spec.path))
             result.resumed += 1
+        elif row is not None:
+            retimed += 1
     todo = [p.spec for i, p in enumerate(batch) if i not in done and p.spec is not None]
     # one proposal text may come twice in a batch (k samples that agree): check it once
     unique = list({s.hash: s for s in todo}.values())
@@ -492,6 +506,7 @@ def _evaluate(batch: list[Proposal], oracle: Oracle, store: Any, target: TargetI
     progress(
         f"{target.id}: evaluating {len(unique)} candidate(s)"
         + (f", {len(done) - formats} from the store" if len(done) > formats else "")
+        + (f", {retimed} stored one(s) timed again ({'--maxcode-remeasure' if remeasure else 'too noisy to decide'})" if retimed else "")
         + (f", {formats} repl{'y' if formats == 1 else 'ies'} without code" if formats else "")
     )
     fresh: dict[str, Verdict] = {}
