@@ -289,6 +289,26 @@ def test_terminal_table_shows_targets_and_verdicts() -> None:
     assert "4 passed" in text
 
 
+def test_terminal_table_fits_80_columns_without_splitting_words() -> None:
+    report = copy.deepcopy(sample_report())
+    noisy = copy.deepcopy(report["targets"][0])
+    noisy.update(id="mypackage.submodule.a_rather_long_function_name", status="no_speedup", weak_check=False,
+                 speedup=1.04, speedup_ci=[0.26, 4.65], tests={"rerun": [], "passed": None, "summary": ""})
+    report["targets"].append(noisy)
+    console = Console(record=True, width=80)
+    render_terminal(report, console)
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    rows = [line for line in lines if line.startswith("  my")]
+    assert len(rows) == 3  # one line per target: nothing in a row wrapped
+    assert "verified" in rows[0] and "2.31x [2.10, 2.52]" in rows[0] and "4 passed" in rows[0]
+    assert "skipped" in rows[1]
+    assert "no_speedup" in rows[2] and "1.04x [0.26, 4.65]" in rows[2] and "mypackage.su…" in rows[2]
+    assert "mypackage.submodule.a_rather_long_function_name: " in text  # in full below the table
+    assert "too noisy to decide: 1 target(s)" in text
+
+
 def test_terminal_does_not_interpret_markup_in_ids() -> None:
     report = copy.deepcopy(sample_report())
     report["targets"][0]["id"] = "mylib.[bold]x[/bold]"
