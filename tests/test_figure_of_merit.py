@@ -160,3 +160,10 @@ def test_benchmark_reruns_quote_an_interval_not_a_ratio_of_two_runs() -> None:
     lo, hi = noisy["speedup_ci"]
     assert lo < 2.1 and hi > 30  # the fluke widens the interval instead of becoming the number
     assert noisy["speedup"] < 4
+
+
+def test_an_undecided_verdict_earns_no_speedup_it_did_not_show() -> None:
+    from pytest_maxcode.search.reward import reward
+
+    noisy, fast = verdicts()
+    assert reward(noisy) == 1.0 and reward(fast) == 5.65

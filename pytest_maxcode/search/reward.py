@@ -21,8 +21,13 @@ TIERS: dict[str, float] = {
 
 
 def reward(v: Verdict) -> float:
+    """A faster verdict's reward is its confirmed speedup. An undecided one (an interval too
+    wide to call, see ``oracle.verdict.UNDECIDED_WIDTH``) earns no more than 1.0: its point
+    estimate (8.92x inside [0.54, 11.4]) is noise, and the search must not build on it as if
+    it were the best candidate."""
     if v.correct:
-        return float(v.speedup) if v.speedup is not None and v.speedup > 0 else 1e-3
+        speedup = float(v.speedup) if v.speedup is not None and v.speedup > 0 else 1e-3
+        return min(speedup, 1.0) if v.diagnostics.get("undecided") else speedup
     return TIERS[v.status]
 
 
