@@ -170,7 +170,6 @@ def test_an_undecided_verdict_earns_no_speedup_it_did_not_show() -> None:
 
 
 def test_a_benchmark_rerun_keeps_every_round(tmp_path: Path) -> None:
-    pytest.importorskip("pytest_benchmark")
     (tmp_path / "test_b.py").write_text("def test_bench(benchmark):\n    benchmark(sum, range(1000))\n")
     run = verify.run_tests(tmp_path, ["test_b.py::test_bench"], {}, "x", benchmark=True)
     assert run.passed, run.summary
