@@ -28,8 +28,13 @@ import pytest_maxcode as maxcode
 
 @maxcode.optimize(lang="cpp")
 def fused(x, bias):
-    y = torch.relu(x * 2.0 + bias)
-    return y * y - 0.5
+    """relu(2x + b)^2 - 0.5, one row at a time: slow on purpose (the same math, hundreds of
+    small passes), so the fused seed wins by 10x or more even on a loaded machine."""
+    out = torch.empty_like(x)
+    for r in range(x.shape[0]):
+        y = torch.relu(x[r] * 2.0 + bias)
+        out[r] = y * y - 0.5
+    return out
 
 
 @maxcode.optimize
@@ -39,7 +44,9 @@ def never_called(x):
 
 @maxcode.optimize(inplace=True, lang="cpp")
 def scale_(x, alpha):
-    x.mul_(alpha)
+    """In place, 200 elements at a time: slow on purpose, as fused is."""
+    for chunk in x.split(200):
+        chunk.mul_(alpha)
     return x
 '''
 
@@ -70,7 +77,7 @@ def test_state():
     print("STATE", mylib.fused.maxcode.active, "|", mylib.fused.maxcode.reason)
 '''
 
-SEED = '''// maxcode-tune: REPEAT=1,8
+SEED = '''// maxcode-tune: REPEAT=1,64
 #include <dlpack/dlpack.h>
 #include <cstdint>
 
@@ -92,7 +99,7 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
 }
 '''
 
-WRONG_SEED = SEED.replace("v * v - 0.5f", "v * v + 0.5f").replace("// maxcode-tune: REPEAT=1,8", "#define REPEAT 1")
+WRONG_SEED = SEED.replace("v * v - 0.5f", "v * v + 0.5f").replace("// maxcode-tune: REPEAT=1,64", "#define REPEAT 1")
 
 PYPROJECT = '''
 [tool.maxcode]
@@ -158,8 +165,9 @@ def test_sweep_finds_the_fastest_configuration_and_rejects_the_wrong_seed(applie
     by_origin = {(e["origin"], json.dumps(e["params"], sort_keys=True)): e for e in t["trajectory"]}
     assert by_origin[("seed:wrong.cpp", "{}")]["status"] == "wrong"
     fast = by_origin[("seed:fast.cpp", '{"REPEAT": "1"}')]
-    slow = by_origin[("seed:fast.cpp", '{"REPEAT": "8"}')]
-    assert fast["status"] in ("faster", "not_faster") and slow["status"] in ("faster", "not_faster")
+    slow = by_origin[("seed:fast.cpp", '{"REPEAT": "64"}')]
+    assert fast["status"] == "faster", fast
+    assert slow["status"] in ("faster", "not_faster")
     # the candidates' own times: each speedup is against a reference timed in its own process
     assert slow["candidate_s"] > 2 * fast["candidate_s"]
     assert t["best"]["params"] == {"REPEAT": "1"} and t["best"]["origin"] == "seed:fast.cpp"
@@ -170,8 +178,6 @@ def test_sweep_finds_the_fastest_configuration_and_rejects_the_wrong_seed(applie
 def test_best_is_verified_by_the_users_tests(applied) -> None:
     path, _ = applied
     t = target(path, "mylib.fused")
-    if t["status"] == "no_speedup":
-        pytest.skip(f"this machine found no clear speedup this time: {t['reason']}")
     assert t["status"] == "verified" and t["verified"] is True, t["reason"]
     assert t["tests"]["passed"] is True and t["tests"]["kernel_calls"] >= 2
     assert set(t["tests"]["rerun"]) == {"test_lib.py::test_fused[256]", "test_lib.py::test_fused[512]"}
@@ -193,8 +199,7 @@ def test_json_report_validates_against_its_schema(applied) -> None:
 
 def test_apply_then_dispatch_then_stale_then_disable(applied) -> None:
     path, _ = applied
-    if target(path, "mylib.fused")["status"] != "verified":
-        pytest.skip("nothing was verified on this machine this time")
+    assert target(path, "mylib.fused")["status"] == "verified"
     lock = (path / "maxcode.lock").read_text()
     assert '[targets."mylib.fused"]' in lock and (path / "maxcode_kernels" / "mylib.fused.cpp").is_file()
     fresh = run(path, "-k", "state or fused")
@@ -213,14 +218,20 @@ def test_apply_then_dispatch_then_stale_then_disable(applied) -> None:
         lib.write_text(original)
 
 
-def test_inplace_target_is_searched_verified_and_locked_with_its_return(applied) -> None:
+def test_inplace_target_is_searched_and_records_its_return(applied) -> None:
     path, _ = applied
     t = target(path, "mylib.scale_")
-    assert t["candidates"]["correct"] == 1, t["trajectory"]
-    assert t["status"] in ("verified", "no_speedup"), t["reason"]
-    if t["status"] == "verified":
-        assert t["returns"] == "arg0"
-        assert 'returns = "arg0"' in (path / "maxcode.lock").read_text()
+    assert t["candidates"] == {"tried": 1, "correct": 1, "faster": 1, "failed": {}}, t["trajectory"]
+    assert t["returns"] == "arg0"
+
+
+@pytest.mark.xfail(strict=True, reason="product bug: verification's forced candidate (session._verify -> verify.candidate_env "
+                   "-> dispatch.install_forced) drops the target's `returns`, so the in-place kernel returns None")
+def test_inplace_target_is_verified_and_locked_with_its_return(applied) -> None:
+    path, _ = applied
+    t = target(path, "mylib.scale_")
+    assert t["status"] == "verified", t["reason"]
+    assert 'returns = "arg0"' in (path / "maxcode.lock").read_text()
 
 
 def test_bad_settings_are_one_usage_error(tmp_path: Path) -> None:
@@ -261,8 +272,7 @@ def test_killed_run_resumes_without_repeating_evaluations(tmp_path: Path) -> Non
 
 def test_maxcode_apply_from_a_saved_report(applied, tmp_path: Path) -> None:
     path, _ = applied
-    if target(path, "mylib.fused")["status"] != "verified":
-        pytest.skip("nothing was verified on this machine this time")
+    assert target(path, "mylib.fused")["status"] == "verified"
     lock = path / "maxcode.lock"
     saved = lock.read_text()
     lock.unlink()
