@@ -24,9 +24,13 @@ import pytest_maxcode as maxcode
 
 @maxcode.optimize(lang="cpp")
 def fused(x, bias):
-    """relu(2x + b)^2 - 0.5 in four passes."""
-    y = torch.relu(x * 2.0 + bias)
-    return y * y - 0.5
+    """relu(2x + b)^2 - 0.5 one row at a time: slow on purpose, so the fused kernel wins by far more
+    than a loaded machine's noise and a replayed search reaches the same verdicts."""
+    out = torch.empty_like(x)
+    for r in range(x.shape[0]):
+        y = torch.relu(x[r] * 2.0 + bias)
+        out[r] = y * y - 0.5
+    return out
 '''
 
 TESTS = '''
