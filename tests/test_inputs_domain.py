@@ -174,3 +174,51 @@ def test_generated_sets_the_reference_rejects_are_replaced_or_dropped(tmp_path: 
     # independent draws each), the check is flagged as resting on the captured set alone
     assert len(workload.expected) == 1
     assert any("rejected every generated input set" in r for r in workload.weak)
+
+
+SAFE_LOG_LIB = '''
+import torch
+import pytest_maxcode as maxcode
+
+
+@maxcode.optimize(lang="cpp")
+def safe_log(x):
+    if (x <= 0).any():
+        raise ValueError("safe_log: x must be positive")
+    return torch.log(x)
+'''
+
+SAFE_LOG_TESTS = '''
+import pytest
+import torch
+
+from mylog import safe_log
+
+
+def test_positive():
+    x = torch.rand(4096) * 0.5 + 1e-3
+    torch.testing.assert_close(safe_log(x), torch.log(x))
+
+
+def test_rejects_non_positive():
+    with pytest.raises(ValueError):
+        safe_log(-torch.rand(64, 64))  # its own signature: captured, it would be a workload
+'''
+
+
+def test_safe_log_is_searched_without_its_reference_failing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(mylog=SAFE_LOG_LIB, test_mylog=SAFE_LOG_TESTS)
+    pytester.makepyprojecttoml("[tool.maxcode]\ntorch_compile = false\n")
+    seeds = pytester.path / "maxcode_kernels" / "seeds" / "mylog.safe_log"
+    seeds.mkdir(parents=True)
+    (seeds / "log.cpp").write_text(SAFE_LOG_CPP)
+    result = pytester.runpytest_subprocess("--maxcode", "--maxcode-budget=1", "--maxcode-json=report.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    import json
+
+    (target,) = json.loads((pytester.path / "report.json").read_text())["targets"]
+    assert target["status"] != "failed", target["reason"]  # the reference ran on every generated set
+    assert [w["signature"] for w in target["workloads"]] == ["float32[4096]@cpu"]  # the raising call is no workload
+    assert target["candidates"] == {"tried": 1, "correct": 1, "faster": target["candidates"]["faster"], "failed": {}}
+    # both tests called it, so both re-verify a kernel (the one that raised checks it still raises)
+    assert sorted(target["tests"]["rerun"]) == ["test_mylog.py::test_positive", "test_mylog.py::test_rejects_non_positive"]
