@@ -206,8 +206,125 @@ def add_to_argparse(parser: argparse.ArgumentParser, scope: str) -> None:
         parser.add_argument(opt.flag(), **opt.kwargs())
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return v
+
+
+#: what each parser accepts, in the words of a one-line error
+ACCEPTS: dict[Any, str] = {
+    positive_float: "a number greater than 0",
+    non_negative_float: "a number, 0 or more",
+    positive_int: "an integer, 1 or more",
+    non_negative_int: "an integer, 0 or more",
+    int: "an integer",
+    float: "a number",
+    parse_size: "a size such as 512M or 4G",
+}
+
+#: [tool.maxcode] keys that no command-line option spells, with their parsers
+FILE_ONLY: dict[str, Callable[[str], Any]] = {
+    "llm_retries": non_negative_int,
+    "max_tokens": positive_int,
+    "temperature": non_negative_float,
+}
+FILE_ONLY_BOOLS = ("torch_compile", "llm_cache")
+TABLES = ("prices", "qd", "regressions", "programs")
+
+
+def _toml(value: Any) -> str:
+    """A value as it was written in pyproject.toml."""
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{...}"
+    return repr(value)
+
+
+def _parser_for(name: str, opt: Option | None) -> Callable[[str], Any] | None:
+    if name in POSITIVE_INTS:
+        return positive_int
+    if name in NON_NEGATIVE_INTS:
+        return non_negative_int
+    if name in FILE_ONLY:
+        return FILE_ONLY[name]
+    return opt.type if opt is not None else None
+
+
+def file_value(name: str, value: Any) -> Any:
+    """One ``[tool.maxcode]`` value, checked and converted by the parser its command-line
+    option uses; raises ValueError(what is accepted) for a bad one."""
+    opt = next((o for o in OPTIONS if o.name == name), None)
+    if name in FILE_ONLY_BOOLS or (opt is not None and opt.action == "store_true"):
+        if not isinstance(value, bool):
+            raise ValueError("expected true or false (a TOML boolean, unquoted)")
+        return value
+    if name in TABLES:
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a table ([tool.maxcode.{name}])")
+        return value
+    if name == "target":
+        if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
+            return value
+        raise ValueError("expected a glob or a list of globs, e.g. \"mylib.*\"")
+    if opt is not None and opt.choices:
+        if not isinstance(value, str) or value not in opt.choices:
+            raise ValueError(f"expected one of {', '.join(opt.choices)}")
+        return value
+    parser = _parser_for(name, opt)
+    if parser is None:  # free text: a name, a spec, a path
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"expected a string{f' ({opt.metavar})' if opt is not None and opt.metavar else ''}")
+        return value
+    accepts = ACCEPTS.get(parser, "a value its command-line option accepts")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected {accepts}")
+    if parser in (int, positive_int, non_negative_int) and isinstance(value, float):
+        raise ValueError(f"expected {accepts}")
+    try:
+        return parser(str(value))
+    except (argparse.ArgumentTypeError, ValueError):
+        raise ValueError(f"expected {accepts}") from None
+
+
+def _check_tables(out: dict[str, Any], pyproject: Path | None) -> None:
+    """The tables' own parsers, their errors as one line."""
+    from .errors import MaxcodeError
+
+    try:
+        if out["prices"] is not None:
+            from .llm.pricing import Prices
+
+            Prices(out["prices"])
+        if out["regressions"] is not None:
+            from .bot.compare import thresholds_from
+
+            thresholds_from(out["regressions"])
+    except MaxcodeError as e:
+        raise ValueError(f"{pyproject}: {e}" if pyproject is not None else str(e)) from None
+    if out["qd"] is not None:
+        from .search.strategies.qd import parse_stages
+
+        parse_stages(out["qd"])
+    if out["programs"] is not None and pyproject is not None:
+        from .targets.program import parse_programs
+
+        parse_programs(out["programs"], pyproject.parent)
+
+
 def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]:
-    """Command line over ``[tool.maxcode]`` over the defaults; unknown keys are an error."""
+    """Command line over ``[tool.maxcode]`` over the defaults. Unknown keys and bad values are
+    an error naming the key, the value and what is accepted: the file's values go through the
+    same parsers as the command line's."""
     file_values: dict[str, Any] = {}
     if pyproject is not None and pyproject.is_file():
         import tomllib
@@ -222,7 +339,10 @@ def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]
             if name not in SETTINGS_DEFAULTS:
                 known = ", ".join(sorted(k if k != "json_path" else "json" for k in SETTINGS_DEFAULTS))
                 raise ValueError(f"{pyproject}: [tool.maxcode] has no setting {key!r} (known: {known})")
-            file_values[name] = value
+            try:
+                file_values[name] = file_value(name, value)
+            except ValueError as e:
+                raise ValueError(f"{pyproject}: [tool.maxcode] {key} = {_toml(value)}: {e}") from None
     out = dict(SETTINGS_DEFAULTS)
     out.update({k: v for k, v in file_values.items()})
     out.update({k: v for k, v in cli.items() if v is not None})
@@ -239,16 +359,7 @@ def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]
             raise ValueError(f"{key.replace('_', '-')} must be a number greater than 0, not {v!r}")
     if out["executor"] not in ("local", "ray"):
         raise ValueError(f"executor must be local or ray, not {out['executor']!r}")
-    if out["prices"] is not None and not isinstance(out["prices"], dict):
-        raise ValueError("prices must be a table: [tool.maxcode.prices] MODEL = {input = USD_PER_MTOK, output = ...}")
-    if out["qd"] is not None:
-        from .search.strategies.qd import parse_stages
-
-        parse_stages(out["qd"])
-    if out["programs"] is not None and pyproject is not None:
-        from .targets.program import parse_programs
-
-        parse_programs(out["programs"], pyproject.parent)
+    _check_tables(out, pyproject)
     if out["observation"] is not None:
         from .search.observation import parse_observation
 

@@ -1,5 +1,5 @@
 """Persistent state: one SQLite file per project, ``.maxcode/maxcode.db``."""
 
-from .sqlite import Store, default_path
+from .sqlite import Store, StoreDamaged, default_path, move_aside
 
-__all__ = ["Store", "default_path"]
+__all__ = ["Store", "StoreDamaged", "default_path", "move_aside"]

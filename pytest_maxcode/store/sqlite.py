@@ -8,10 +8,14 @@ from what is there. Schema changes are numbered migrations keyed on ``user_versi
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from ..errors import MaxcodeError
 
 MIGRATIONS: list[str] = [
     """
@@ -110,7 +114,16 @@ MIGRATIONS: list[str] = [
     ALTER TABLE nodes ADD COLUMN critique_flags TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE nodes ADD COLUMN critique_call_id INTEGER REFERENCES llm_calls(id);
     """,
+    # 4: how each run ended (running, finished, interrupted, killed), and whose process it was
+    """
+    ALTER TABLE runs ADD COLUMN status TEXT;
+    ALTER TABLE runs ADD COLUMN pid INTEGER;
+    ALTER TABLE runs ADD COLUMN host TEXT;
+    UPDATE runs SET status='finished' WHERE finished_at IS NOT NULL;
+    """,
 ]
+
+RUN_STATUSES = ("running", "finished", "interrupted", "killed")
 
 
 def _node_row(row: sqlite3.Row) -> dict[str, Any]:
@@ -128,6 +141,40 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+class StoreDamaged(MaxcodeError):
+    """The store file is not a readable SQLite database (torn, overwritten, not ours)."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        self.path, self.detail = path, detail
+        super().__init__(f"{path} is damaged ({detail}): move it aside (mv {path} {path}.damaged) "
+                         "and the next pytest --maxcode starts a fresh store")
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a damaged store (and its -wal/-shm) to ``<name>.damaged-<time>``, keeping it."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    dest = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    for suffix in ("", "-wal", "-shm"):
+        part = path.with_name(path.name + suffix)
+        if part.exists():
+            part.rename(dest.with_name(dest.name + suffix))
+    return dest
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
 class Store:
     """The small interface the rest of the package talks to; SQL stays in this file."""
 
@@ -136,10 +183,20 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
         self.db.row_factory = sqlite3.Row
-        self._enable_wal()
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        try:
+            self._enable_wal()
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            # "file is not a database", "database disk image is malformed"; a locked or
+            # unopenable file (OperationalError) is not damage, and is raised as it is
+            if isinstance(e, sqlite3.OperationalError):
+                raise
+            raise StoreDamaged(path, str(e)) from None
+        #: runs of this host left unfinished by a process that is gone, marked killed by begin_run
+        self.killed: list[int] = []
 
     def _enable_wal(self, timeout: float = 30.0) -> None:
         """Switching a new file to WAL takes an exclusive lock and SQLite does not wait for it
@@ -181,16 +238,32 @@ class Store:
     # -- runs -----------------------------------------------------------------------
 
     def begin_run(self, command: str, tool_version: str, machine: dict[str, Any] | None = None) -> int:
+        """A new run, ``running`` in this process; unfinished runs of processes gone from this
+        host (SIGKILL, a crash, a power cut) are marked ``killed`` first (see ``killed``)."""
+        host = socket.gethostname()
         with self._tx():
+            rows = self.db.execute(
+                "SELECT id, pid FROM runs WHERE finished_at IS NULL AND status='running' AND host=?", (host,)
+            ).fetchall()
+            self.killed = [int(r["id"]) for r in rows if r["pid"] is not None and not _alive(int(r["pid"]))]
+            for run_id in self.killed:
+                self.db.execute("UPDATE runs SET status='killed' WHERE id=?", (run_id,))
             cur = self.db.execute(
-                "INSERT INTO runs(started_at, command, tool_version, machine) VALUES (?, ?, ?, ?)",
-                (_now(), command, tool_version, json.dumps(machine or {})),
+                "INSERT INTO runs(started_at, command, tool_version, machine, status, pid, host) VALUES (?, ?, ?, ?, 'running', ?, ?)",
+                (_now(), command, tool_version, json.dumps(machine or {}), os.getpid(), host),
             )
         return int(cur.lastrowid)
 
-    def finish_run(self, run_id: int) -> None:
+    def finish_run(self, run_id: int, status: str = "finished") -> None:
+        """End a run: ``finished``, or ``interrupted`` (Ctrl-C; what finished is stored)."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status {status!r}: expected one of {', '.join(RUN_STATUSES)}")
         with self._tx():
-            self.db.execute("UPDATE runs SET finished_at=? WHERE id=?", (_now(), run_id))
+            self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (_now(), status, run_id))
+
+    def run(self, run_id: int) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        return None if row is None else dict(row)
 
     # -- targets and candidates -------------------------------------------------------
 
