@@ -10,7 +10,7 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _format as f
-from .tree import _best_key, best_so_far_curve
+from .tree import best_key, best_so_far_curve
 
 # Plot geometry, in SVG user units.
 _W, _H = 640, 280
@@ -216,7 +216,7 @@ def _best_index(trajectory: Sequence[Mapping[str, Any]], best: Any) -> int | Non
     """Position of the report's best candidate in the trajectory (its best ``faster`` evaluation),
     else of the best ``faster`` evaluation; None when nothing was ``faster``: a merely correct
     candidate is never ringed as best."""
-    faster = [(i, key) for i, e in enumerate(trajectory) if (key := _best_key(e)) is not None]
+    faster = [(i, key) for i, e in enumerate(trajectory) if (key := best_key(e)) is not None]
     if isinstance(best, Mapping) and best.get("hash"):
         same = [(i, k) for i, k in faster if trajectory[i].get("hash") == best["hash"]]
         faster = same or faster

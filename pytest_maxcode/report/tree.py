@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CORRECT",
+    "best_key",
     "best_node",
     "best_so_far_curve",
     "build_tree",
@@ -47,7 +48,7 @@ def _ordered(nodes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(nodes, key=lambda n: (n.get("id") is None, n.get("id") or 0))
 
 
-def _best_key(node: Mapping[str, Any]) -> tuple[float, float] | None:
+def best_key(node: Mapping[str, Any]) -> tuple[float, float] | None:
     """How a ``faster`` node ranks against the others (None for any other status): the lowest own
     time first (every evaluation times the reference in its own process, so a candidate's own
     median is what compares across evaluations), then the highest speedup where no time was kept.
@@ -89,7 +90,7 @@ def best_so_far_curve(nodes: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
     best: tuple[float, float] | None = None
     value: float | None = None
     for i, n in enumerate(_ordered(nodes), start=1):
-        key = _best_key(n)
+        key = best_key(n)
         if key is not None and (best is None or key > best):
             best, value = key, _num(n.get("speedup"))
         out.append([i, value])
@@ -125,13 +126,13 @@ def curves_by_strategy(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[lis
 
 def best_node(nodes: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The node a search keeps: among the ``faster`` ones, the lowest own time (see
-    :func:`_best_key`). None when no node was ``faster``: a merely correct node is never best."""
+    :func:`best_key`). None when no node was ``faster``: a merely correct node is never best."""
     best: Mapping[str, Any] | None = None
-    best_key: tuple[float, float] | None = None
+    top: tuple[float, float] | None = None
     for n in _ordered(nodes):
-        key = _best_key(n)
-        if key is not None and (best_key is None or key > best_key):
-            best, best_key = n, key
+        key = best_key(n)
+        if key is not None and (top is None or key > top):
+            best, top = n, key
     return best
 
 
