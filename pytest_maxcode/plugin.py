@@ -47,16 +47,23 @@ def pytest_configure(config: Any) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
     session = config.pluginmanager.get_plugin("maxcode-session")
-    if session is None or session.report is None:
+    if session is None:
         return
-    from rich.console import Console
+    if session.report is not None:
+        from rich.console import Console
 
-    from .report import render_terminal
+        from .report import render_terminal
 
-    buf = io.StringIO()
-    width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 100)
-    render_terminal(session.report, Console(file=buf, width=max(100, width), force_terminal=False))
-    terminalreporter.write_sep("=", "maxcode")
-    terminalreporter.write(buf.getvalue())
-    for kind, path in session.report_paths.items():
-        terminalreporter.write_line(f"maxcode {kind} report: {path}")
+        buf = io.StringIO()
+        width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 80)
+        render_terminal(session.report, Console(file=buf, width=max(40, width), force_terminal=False))
+        terminalreporter.write_sep("=", "maxcode")
+        terminalreporter.write(buf.getvalue())
+        for kind, path in session.report_paths.items():
+            terminalreporter.write_line(f"maxcode {kind} report: {path}")
+    # the last word: why the exit status is not the tests' own
+    if session.interrupted is not None:
+        terminalreporter.write_line(f"maxcode: interrupted; wrote the report of {session.interrupted} finished target(s); "
+                                    "resume with the same command", red=True)
+    elif session.problem is not None:
+        terminalreporter.write_line(f"maxcode: {session.problem}", red=True)

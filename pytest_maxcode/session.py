@@ -7,6 +7,7 @@ only then.
 from __future__ import annotations
 
 import fnmatch
+import json
 import platform
 import shutil
 import threading
@@ -21,6 +22,8 @@ from .targets.capture import Recorder, TargetCapture
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
 
 EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
+#: the tests passed but maxcode failed: a search failed, or --maxcode-target matched nothing
+MAXCODE_FAILED = 6
 
 
 class MaxcodeSession:
@@ -33,10 +36,19 @@ class MaxcodeSession:
         self.report_paths: dict[str, Path] = {}
         self._say_lock = threading.Lock()
         self._oracle_lock = threading.Lock()
+        #: set on Ctrl-C: searches in worker threads stop at their next progress line
+        self._stop = threading.Event()
+        #: why ``pytest --maxcode`` exits 6 although the tests passed (None: it does not)
+        self.problem: str | None = None
+        #: set when Ctrl-C ended the search: the number of targets whose report was written
+        self.interrupted: int | None = None
+        self._finished: list[dict[str, Any]] = []
+        self._notes: list[str] = []
         from .errors import MaxcodeError
         from .llm import make_critic_service, make_scorer_service, make_service
         from .store import default_path
 
+        self._check_store(default_path(self.root))
         # configuration problems (no key, a bad spec) stop the run here, before any test runs
         self.llm = make_service(settings, self.root, default_path(self.root))
         self.critic_llm = make_critic_service(settings, self.root, default_path(self.root), self.llm)
@@ -44,6 +56,7 @@ class MaxcodeSession:
         from .search.loop import search_names
 
         self.policy_name, self.strategy_name = search_names(settings, has_llm=self.llm is not None)
+        self._check_policy()
         self._check_strategy()
         from .targets.program import parse_programs
 
@@ -55,6 +68,39 @@ class MaxcodeSession:
         for handle in list(REGISTRY.values()):
             self._maybe_attach(handle)
         ON_REGISTER.append(self._maybe_attach)
+
+    def _check_store(self, path: Path) -> None:
+        """A damaged store is moved aside (kept) before any test runs: the search starts afresh."""
+        from .store import damage, move_aside
+
+        why = damage(path) if path.is_file() else None
+        if why is not None:
+            dest = move_aside(path)
+            self._notes.append(f"{path} was damaged ({why}); moved it to {dest.name} and started a fresh store "
+                               "(earlier evaluations are not reused)")
+
+    def _check_policy(self) -> None:
+        """An unknown --maxcode-policy is a usage error now, not a failed search per target."""
+        from .errors import MaxcodeError
+
+        name = self.policy_name
+        if name == "builtin":
+            return
+        if name == "llm":
+            if self.llm is None:
+                raise MaxcodeError("--maxcode-policy=llm needs a model: set --maxcode-llm (anthropic:MODEL, openai:MODEL@URL, "
+                                   "replay:PATH) or ANTHROPIC_API_KEY")
+            return
+        hook = self.config.hook.pytest_maxcode_policy
+        found: Any = None
+        if hook.get_hookimpls():
+            try:  # a plugin that needs the target to decide is given the benefit of the doubt
+                found = hook(name=name, target=None, settings=self.settings)
+            except Exception:
+                found = True
+        if found is None:
+            raise MaxcodeError(f"--maxcode-policy={name}: no such policy (built in: builtin, llm; a plugin can add one with "
+                               "pytest_maxcode_policy)")
 
     def _check_strategy(self) -> None:
         from .errors import MaxcodeError
@@ -91,6 +137,20 @@ class MaxcodeSession:
             with self._say_lock:
                 tr.write_line(f"maxcode: {message}")
 
+    def _progress(self, message: str) -> None:
+        """The searches' progress line; after Ctrl-C it stops a search running in a worker
+        thread (KeyboardInterrupt reaches only the main thread)."""
+        if self._stop.is_set() and threading.current_thread() is not threading.main_thread():
+            from .errors import SearchInterrupted
+
+            raise SearchInterrupted("interrupted")
+        self._say(message)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        for note in self._notes:
+            self._say(f"warning: {note}")
+
     # -- while the tests run --------------------------------------------------------------
 
     @pytest.hookimpl(wrapper=True)
@@ -115,8 +175,19 @@ class MaxcodeSession:
             why = "the test session failed; maxcode optimizes only behind a green test suite"
             targets = [_skipped(cap.handle.id, why, cap.callers) for cap in self.recorder.targets.values()]
             targets += [dict(_skipped(p.id, why, []), kind="program") for p in self.programs]
+        elif self.settings["target"] and not self.recorder.targets and not self.programs:
+            known = sorted(REGISTRY) + sorted(str(k) for k in (self.settings.get("programs") or {}))
+            patterns = " ".join(f"--maxcode-target={p}" for p in self.settings["target"])
+            self.problem = (f"{patterns} matched no target (targets: {', '.join(known) or 'none'}); "
+                            "the report was left as it was")
+            self._set_exitstatus(session)
+            return
         else:
-            targets = self._optimize_all()
+            try:
+                targets = self._optimize_all()
+            except KeyboardInterrupt:
+                targets = list(self._finished)
+                self.interrupted = len(targets)
         self.report = {
             "schema_version": 1,
             "tool_version": __version__,
@@ -127,7 +198,7 @@ class MaxcodeSession:
                 policy=self.policy_name,
                 device=self.settings["device"] or "auto",
             ),
-            "targets": targets,
+            "targets": self._merged(targets) if self.settings["target"] else targets,
         }
         from .report import write_reports
 
@@ -137,11 +208,35 @@ class MaxcodeSession:
             dest = self.root / self.settings["json_path"]
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.report_paths["json"], dest)
-        if self.settings["apply"]:
+        if self.settings["apply"] and self.interrupted is None:
             from .apply import apply_report
 
             for line in apply_report(self.report, self.root):
                 self._say(line)
+        failed = [t for t in targets if t["status"] == "failed"]
+        if failed:
+            first = failed[0]
+            self.problem = (f"the search of {len(failed)} target(s) failed: {first['id']}: {first['reason']}"
+                            + (f" (and {len(failed) - 1} more; see the report)" if len(failed) > 1 else ""))
+        self._set_exitstatus(session)
+
+    def _set_exitstatus(self, session: pytest.Session) -> None:
+        """2 after Ctrl-C; 6 when the tests passed but maxcode failed (see the exit-status table)."""
+        if self.interrupted is not None:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+        elif self.problem is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = MAXCODE_FAILED
+
+    def _merged(self, targets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A filtered run's targets over the previous report's: the others are kept as they were."""
+        path = self.root / ".maxcode" / "reports" / "report.json"
+        try:
+            previous = json.loads(path.read_text()).get("targets") or []
+        except (OSError, ValueError, AttributeError):
+            return targets
+        fresh = {t["id"]: t for t in targets}
+        kept = [t for t in previous if isinstance(t, dict) and t.get("id") not in fresh]
+        return sorted(kept + targets, key=lambda t: str(t.get("id")))
 
     def _optimize_all(self) -> list[dict[str, Any]]:
         from concurrent.futures import ThreadPoolExecutor
@@ -154,32 +249,54 @@ class MaxcodeSession:
         path = default_path(self.root)
         with Store(path) as store:
             run_id = store.begin_run("pytest --maxcode", __version__)
+            killed = store.killed
+        if killed:
+            self._say(f"run(s) {', '.join(map(str, killed))} ended without finishing (killed); marked so, their evaluations are reused")
         run_meter = Meter(run_limits(self.settings), "per run")
 
         def one(item: tuple[str, Any]) -> dict[str, Any]:
             with Store(path) as store:  # one connection per thread
                 if isinstance(item[1], TargetCapture):
-                    return self._optimize(item[1], files.get(item[0], []), store, run_id, run_meter)
-                return self._optimize_program(item[1], store, run_id, run_meter)
+                    entry = self._optimize(item[1], files.get(item[0], []), store, run_id, run_meter)
+                else:
+                    entry = self._optimize_program(item[1], store, run_id, run_meter)
+            self._finished.append(entry)
+            return entry
 
         items: list[tuple[str, Any]] = sorted(self.recorder.targets.items())
         items += sorted((p.id, p) for p in self.programs)
+        workers = max(1, min(self.settings["parallel_targets"] or 1, len(items) or 1))
+        status = "finished"
         try:
-            with ThreadPoolExecutor(max_workers=max(1, min(self.settings["parallel_targets"] or 1, len(items) or 1))) as pool:
-                out = list(pool.map(one, items))
+            if workers == 1:  # in this thread, so Ctrl-C stops the search where it is
+                out = [one(item) for item in items]
+            else:
+                pool = ThreadPoolExecutor(max_workers=workers)
+                futures = [pool.submit(one, item) for item in items]
+                try:
+                    out = [f.result() for f in futures]
+                except KeyboardInterrupt:
+                    self._stop.set()
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+                pool.shutdown()
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
         finally:
             for service in {id(s): s for s in (self.llm, self.critic_llm, self.scorer_llm) if s is not None}.values():
-                for model in sorted(service.unpriced_models):
-                    self._say(f"no price is known for {model}: its calls count as $0 and --maxcode-cost cannot stop them; set [tool.maxcode.prices]")
+                if status == "finished":
+                    for model in sorted(service.unpriced_models):
+                        self._say(f"no price is known for {model}: its calls count as $0 and --maxcode-cost cannot stop them; set [tool.maxcode.prices]")
                 service.close()
             with Store(path) as store:
-                store.finish_run(run_id)
+                store.finish_run(run_id, status)
         return out
 
     def _search_context(self, store: Any, run_id: int, run_meter: Any) -> Any:
         from .search.loop import SearchContext
 
-        return SearchContext(store, run_id, self._say, hook=self.config.hook, llm=self.llm, run_meter=run_meter,
+        return SearchContext(store, run_id, self._progress, hook=self.config.hook, llm=self.llm, run_meter=run_meter,
                              oracle_lock=self._oracle_lock, critic_llm=self.critic_llm, scorer_llm=self.scorer_llm)
 
     def _optimize(self, cap: TargetCapture, captured: list[Path], store: Any, run_id: int, run_meter: Any = None) -> dict[str, Any]:
@@ -325,9 +442,9 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     best_so_far: float | None = None
     for node in state.trajectory:
         p, v = node.proposal, node.verdict
-        if v.correct and v.speedup is not None:
+        if v.status == "faster" and v.speedup is not None:  # a node that is not faster is never "best"
             best_so_far = max(best_so_far or 0.0, v.speedup)
-        else:
+        if not (v.correct and v.speedup is not None):
             failed[v.status] = failed.get(v.status, 0) + 1
         trajectory.append({
             "index": node.index + 1, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
@@ -358,6 +475,9 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
         entry.update(status="failed", reason=result.error)
         return entry
     best = state.best
+    if (best is None or not best.verdict.correct) and result.stop_reason.startswith("the model is unavailable"):
+        entry.update(status="failed", reason=result.stop_reason)  # the search never really ran
+        return entry
     if best is None or not best.verdict.correct:
         entry.update(status="no_speedup", reason=f"no candidate was correct ({result.stop_reason})")
         return entry

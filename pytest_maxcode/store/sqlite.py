@@ -150,6 +150,23 @@ class StoreDamaged(MaxcodeError):
                          "and the next pytest --maxcode starts a fresh store")
 
 
+def damage(path: Path) -> str | None:
+    """Why the store file at ``path`` cannot be used, or None. The header is read before
+    SQLite opens the file, since opening it may discard a torn -wal that is worth keeping."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(16)
+    except OSError:
+        return None
+    if header and header != b"SQLite format 3\x00":
+        return "file is not a database"
+    try:
+        Store(path).close()
+    except StoreDamaged as e:
+        return e.detail
+    return None
+
+
 def move_aside(path: Path) -> Path:
     """Rename a damaged store (and its -wal/-shm) to ``<name>.damaged-<time>``, keeping it."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
