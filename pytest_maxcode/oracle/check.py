@@ -579,6 +579,8 @@ def second_measurement(first: Verdict) -> Verdict:
 def confirmed(first: Verdict, again: Verdict, where: str) -> Verdict:
     """The second measurement is the verdict; the first stays in the diagnostics as screening."""
     again.eval_s = round((first.eval_s or 0.0) + (again.eval_s or 0.0), 4)
+    if first.compile_s is not None:  # the build was the first run's; the second loaded it from the cache
+        again.compile_s = first.compile_s
     again.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons}
     if again.status == "faster":
         again.reasons = [f"{again.reasons[0]}, confirmed by a second measurement {where} (the first measured {first.reasons[0]})"]
