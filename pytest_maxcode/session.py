@@ -282,6 +282,8 @@ class MaxcodeSession:
                 pool.shutdown()
         except KeyboardInterrupt:
             status = "interrupted"
+            with Store(path) as store:
+                self._keep_cut_batch(store, run_id)
             raise
         finally:
             for service in {id(s): s for s in (self.llm, self.critic_llm, self.scorer_llm) if s is not None}.values():
@@ -292,6 +294,27 @@ class MaxcodeSession:
             with Store(path) as store:
                 store.finish_run(run_id, status)
         return out
+
+    def _keep_cut_batch(self, store: Any, run_id: int) -> None:
+        """The evaluations of the batch Ctrl-C cut short become nodes (without a parent), so
+        ``maxcode show`` lists every finished evaluation of an interrupted run."""
+        from .oracle.verdict import Verdict
+        from .search.reward import reward
+
+        steps: dict[str, int] = {}
+        for row in store.evaluations_without_nodes(run_id):
+            target = row["target_id"]
+            if target not in steps:
+                steps[target] = max((n["step"] for n in store.nodes(target, run_id)), default=-1) + 1
+            v = Verdict(candidate="", status=row["status"], speedup=row["speedup"], diagnostics=row["diagnostics"])
+            try:
+                r = reward(v)
+            except KeyError:
+                r = 0.0
+            store.add_node(run_id=run_id, target_id=target, parent_id=None, strategy=self.strategy_name, policy=self.policy_name,
+                           step=steps[target], depth=0, origin=row["origin"] or "unknown", candidate_hash=row["candidate_hash"],
+                           status=row["status"], reward=r, speedup=row["speedup"], candidate_s=row["candidate_s"],
+                           reasons=(row["reasons"] or [])[:3], llm_call_id=None)
 
     def _search_context(self, store: Any, run_id: int, run_meter: Any) -> Any:
         from .search.loop import SearchContext

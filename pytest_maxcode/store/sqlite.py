@@ -426,6 +426,23 @@ class Store:
         row = self.db.execute("SELECT * FROM candidates WHERE hash=?", (cand_hash,)).fetchone()
         return dict(row) if row is not None else None
 
+    def evaluations_without_nodes(self, run_id: int) -> list[dict[str, Any]]:
+        """This run's evaluations that no node records: those of a batch that Ctrl-C cut short
+        (a batch's nodes are written when the whole batch is done)."""
+        rows = self.db.execute(
+            "SELECT e.*, c.origin AS origin FROM evaluations e LEFT JOIN candidates c ON c.hash = e.candidate_hash "
+            "WHERE e.run_id=? AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = e.run_id "
+            "AND n.target_id = e.target_id AND n.candidate_hash = e.candidate_hash) ORDER BY e.id",
+            (run_id,),
+        ).fetchall()
+        out = []
+        for row in rows:
+            d = dict(row)
+            d["reasons"] = json.loads(d["reasons"])
+            d["diagnostics"] = json.loads(d["diagnostics"])
+            out.append(d)
+        return out
+
     def runs(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.db.execute("SELECT * FROM runs ORDER BY id")]
 

@@ -1,0 +1,141 @@
+"""Ctrl-C during ``pytest --maxcode``: one line, the report of what finished, the run marked
+interrupted, exit 2; the same command then resumes from the stored evaluations."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+LIB = '''
+import torch
+import pytest_maxcode as maxcode
+
+
+@maxcode.optimize(lang="cpp")
+def double(x):
+    return x * 2.0
+
+
+@maxcode.optimize(lang="cpp")
+def slow(x, bias):
+    """relu(2x + b), one row at a time."""
+    out = torch.empty_like(x)
+    for r in range(x.shape[0]):
+        out[r] = torch.relu(x[r] * 2.0 + bias)
+    return out
+'''
+
+TESTS = '''
+import torch
+
+from mylib import double, slow
+
+
+def test_double():
+    x = torch.randn(64, 64)
+    torch.testing.assert_close(double(x), x * 2.0)
+
+
+def test_slow():
+    x, b = torch.randn(128, 256), torch.randn(256)
+    torch.testing.assert_close(slow(x, b), torch.relu(2 * x + b))
+'''
+
+# eight configurations: a search long enough to be interrupted in the middle
+SEED = '''// maxcode-tune: REPEAT=1,2,3,4,5,6,7,8
+#include <dlpack/dlpack.h>
+#include <cstdint>
+
+extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int32_t n_out, void* stream) {
+  const float* x = (const float*)in[0].data;
+  const float* b = (const float*)in[1].data;
+  float* y = (float*)out[0].data;
+  const int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  for (int rep = 0; rep < REPEAT; ++rep)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        float v = x[r * cols + c] * 2.0f + b[c];
+        y[r * cols + c] = v > 0.f ? v : 0.f;
+      }
+  return 0;
+}
+'''
+
+PYPROJECT = '''
+[tool.maxcode]
+budget = 8
+k = 1
+torch_compile = false
+
+[tool.pytest.ini_options]
+pythonpath = ["."]
+'''
+
+
+def evaluations(db: Path, target: str) -> int:
+    try:
+        with sqlite3.connect(db) as con:
+            return con.execute("SELECT count(*) FROM evaluations WHERE target_id=?", (target,)).fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(mylib=LIB, test_lib=TESTS)
+    (pytester.path / "pyproject.toml").write_text(PYPROJECT)
+    seeds = pytester.path / "maxcode_kernels" / "seeds" / "mylib.slow"
+    seeds.mkdir(parents=True)
+    (seeds / "rows.cpp").write_text(SEED)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--maxcode"]
+    # a session of its own, so the signal goes to the run's process group as a terminal's Ctrl-C does
+    proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    db = pytester.path / ".maxcode" / "maxcode.db"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None and evaluations(db, "mylib.slow") < 1:
+        time.sleep(0.2)
+    assert proc.poll() is None, "".join(lines)[-3000:]
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    proc.wait(timeout=120)
+    stopped_in = time.monotonic() - sent
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    print(f"stopped {stopped_in:.1f} s after SIGINT")
+    assert stopped_in < 20, f"took {stopped_in:.1f} s to stop"
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-5000:]
+    said = [line for line in out.splitlines() if line.startswith("maxcode: interrupted")]
+    assert said == ["maxcode: interrupted; wrote the report of 1 finished target(s); resume with the same command"], out[-3000:]
+    report = json.loads((pytester.path / ".maxcode" / "reports" / "report.json").read_text())
+    assert [t["id"] for t in report["targets"]] == ["mylib.double"]
+    with sqlite3.connect(db) as con:
+        runs = con.execute("SELECT status, finished_at FROM runs").fetchall()
+    assert len(runs) == 1 and runs[0][0] == "interrupted" and runs[0][1], runs
+    stored = evaluations(db, "mylib.slow")
+    assert 1 <= stored < 8, "the search finished before it was interrupted; nothing to resume"
+
+    # maxcode show lists the interrupted run's finished nodes
+    show = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "show", "mylib.slow", "--json"], cwd=pytester.path,
+                          capture_output=True, text=True)
+    assert show.returncode == 0, show.stderr
+    assert len(json.loads(show.stdout)) >= stored
+
+    again = subprocess.run(cmd + ["--maxcode-json=again.json"], cwd=pytester.path, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    t = next(t for t in json.loads((pytester.path / "again.json").read_text())["targets"] if t["id"] == "mylib.slow")
+    assert sum(e["resumed"] for e in t["trajectory"]) >= 1  # stored evaluations reused, not repeated
+    with sqlite3.connect(db) as con:
+        assert [r[0] for r in con.execute("SELECT status FROM runs ORDER BY id")] == ["interrupted", "finished"]
