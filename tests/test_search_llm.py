@@ -254,8 +254,19 @@ def test_targets_searched_concurrently_overlap_their_requests(
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    # the first two requests wait long enough for the other target to send its own, however loaded the machine
-    fake_openai.respond_with(scripted_model()).delay(4.0, times=2)
+    import time
+
+    model = scripted_model()
+
+    def held(body: dict[str, Any]) -> str:
+        """Each reply waits (a minute at most) until both targets' requests were in flight at once:
+        whether they overlap is then up to the search, not to how loaded this machine is."""
+        deadline = time.monotonic() + 60
+        while fake_openai.max_in_flight < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return model(body)
+
+    fake_openai.respond_with(held)
     settings = dict(options.load_settings({}, None), llm=fake_openai.spec("local-model"), strategy="best-of-n", k=2, budget=4)
     files = sorted((chain_root / ".maxcode" / "inputs" / "lib.chain").glob("*.pt"))
     lock = threading.Lock()  # the session's: oracle work takes turns
