@@ -10,6 +10,7 @@ import fnmatch
 import json
 import platform
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -171,6 +172,8 @@ class MaxcodeSession:
             cap.handle.use_reference("pytest --maxcode finished recording")
         started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         targets = []
+        if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C while the tests ran: nothing to search, nor to report
+            return
         if exitstatus not in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
             why = "the test session failed; maxcode optimizes only behind a green test suite"
             targets = [_skipped(cap.handle.id, why, cap.callers) for cap in self.recorder.targets.values()]
@@ -267,6 +270,7 @@ class MaxcodeSession:
         items += sorted((p.id, p) for p in self.programs)
         workers = max(1, min(self.settings["parallel_targets"] or 1, len(items) or 1))
         status = "finished"
+        previous = self._catch_ctrl_c()
         try:
             if workers == 1:  # in this thread, so Ctrl-C stops the search where it is
                 out = [one(item) for item in items]
@@ -286,7 +290,9 @@ class MaxcodeSession:
                 self._keep_cut_batch(store, run_id)
             raise
         finally:
-            for service in {id(s): s for s in (self.llm, self.critic_llm, self.scorer_llm) if s is not None}.values():
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            for service in self._services():
                 if status == "finished":
                     for model in sorted(service.unpriced_models):
                         self._say(f"no price is known for {model}: its calls count as $0 and --maxcode-cost cannot stop them; set [tool.maxcode.prices]")
@@ -294,6 +300,51 @@ class MaxcodeSession:
             with Store(path) as store:
                 store.finish_run(run_id, status)
         return out
+
+    def _services(self) -> list[Any]:
+        return list({id(s): s for s in (self.llm, self.critic_llm, self.scorer_llm) if s is not None}.values())
+
+    def _catch_ctrl_c(self) -> Any:
+        """Ctrl-C during the search: stop the worker threads' searches, abort the model
+        requests in flight (a thread waiting on one would hold the run for up to
+        --maxcode-llm-timeout), then KeyboardInterrupt here. A second Ctrl-C is pytest's."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.default_int_handler:  # someone else's handler: leave it
+            return None
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGINT, previous)
+            self._stop.set()
+            threading.Thread(target=self._abort_requests, name="maxcode-abort", daemon=True).start()
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_sigint)
+        return previous
+
+    def _abort_requests(self) -> None:
+        """Shut the sockets of the models' HTTP connections, then close the clients: a request
+        in flight fails at once instead of running on for up to --maxcode-llm-timeout (closing
+        the client alone leaves a blocked read waiting), and no retry opens a new connection."""
+        import socket
+
+        for service in self._services():
+            client = getattr(service, "client", None)
+            for inner in (getattr(client, "inner", None), client):
+                http = getattr(getattr(inner, "_client", None), "_client", None)  # the SDK's httpx client
+                if http is None:
+                    continue
+                pool = getattr(getattr(http, "_transport", None), "_pool", None)
+                for conn in list(getattr(pool, "_connections", None) or []):
+                    try:
+                        conn._connection._network_stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+                    except Exception:  # another transport, a connection already closed
+                        pass
+                try:  # closed, the client refuses the SDK's retry (which waits a backoff first)
+                    http.close()
+                except Exception:  # best effort: the run ends either way
+                    pass
 
     def _keep_cut_batch(self, store: Any, run_id: int) -> None:
         """The evaluations of the batch Ctrl-C cut short become nodes (without a parent), so

@@ -139,3 +139,46 @@ def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.
     assert sum(e["resumed"] for e in t["trajectory"]) >= 1  # stored evaluations reused, not repeated
     with sqlite3.connect(db) as con:
         assert [r[0] for r in con.execute("SELECT status FROM runs ORDER BY id")] == ["interrupted", "finished"]
+
+
+def test_ctrl_c_with_a_model_request_in_flight_stops_in_seconds(pytester: pytest.Pytester) -> None:
+    """A server that accepts and never answers: the request would hold the run for
+    --maxcode-llm-timeout (600 s) without the abort."""
+    import socket
+
+    pytester.makepyfile(mylib=LIB, test_lib=TESTS)
+    (pytester.path / "pyproject.toml").write_text(PYPROJECT)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: [accepted.append(server.accept()[0]) for _ in iter(int, 1)], daemon=True).start()
+    llm = f"--maxcode-llm=openai:m@http://127.0.0.1:{server.getsockname()[1]}/v1"
+    env = dict(os.environ, OPENAI_API_KEY="unused")
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--maxcode", llm, "--maxcode-target=mylib.slow"]
+    proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env=env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None and not accepted:
+            time.sleep(0.1)
+        assert accepted and proc.poll() is None, "".join(lines)[-3000:]
+        time.sleep(1.0)  # the request is sent and waiting for its reply
+        os.killpg(proc.pid, signal.SIGINT)
+        sent = time.monotonic()
+        proc.wait(timeout=60)
+        stopped_in = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        server.close()
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert stopped_in < 20, f"took {stopped_in:.1f} s to stop"
+    assert "Traceback" not in out, out[-5000:]
+    assert [line for line in out.splitlines() if line.startswith("maxcode: interrupted")] == [
+        "maxcode: interrupted; wrote the report of 0 finished target(s); resume with the same command"]
