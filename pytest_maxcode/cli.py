@@ -222,12 +222,17 @@ def cmd_status(ns: argparse.Namespace) -> int:
     except ValueError as e:
         raise MaxcodeError(str(e)) from None
     root = lock.parent
+    # the decorator's own test (targets/decorator.py _register): under it, every target runs its reference
+    disabled = os.environ.get("MAXCODE_DISABLE", "") not in ("", "0")
     rows = []
     for target, entry in sorted(entries.items()):
         ref_file, qualname = entry.extra.get("reference_file"), entry.extra.get("qualname")
         current = reference_hash_in_file(root / ref_file, qualname) if ref_file and qualname else None
         state, why = entry_state(entry, root, current)
-        rows.append({"target": target, "state": state, "reason": why, "kernel": entry.kernel, "speedup": entry.speedup})
+        row = {"target": target, "state": state, "reason": why, "kernel": entry.kernel, "speedup": entry.speedup}
+        if disabled:
+            row.update(state="disabled", reason=f"MAXCODE_DISABLE is set: the reference runs (else {state}: {why})", lock_state=state)
+        rows.append(row)
     if ns.json:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -235,14 +240,20 @@ def cmd_status(ns: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.table import Table
 
+        from rich.text import Text
+
         table = Table(title=str(lock))
-        for col in ("target", "state", "kernel", "speedup", "why"):
-            table.add_column(col)
-        style = {"active": "green", "stale": "red", "missing": "red", "device-mismatch": "yellow"}
+        table.add_column("target", overflow="fold")
+        table.add_column("state", no_wrap=True)
+        table.add_column("kernel", overflow="fold")
+        table.add_column("speedup", justify="right", no_wrap=True)
+        table.add_column("why", overflow="fold", ratio=1)
+        style = {"active": "green", "stale": "red", "missing": "red", "device-mismatch": "yellow", "disabled": "yellow"}
         for r in rows:
-            table.add_row(r["target"], f"[{style[r['state']]}]{r['state']}[/]", r["kernel"], f"{r['speedup']:.3g}x", r["reason"])
+            table.add_row(Text(r["target"]), Text(r["state"], style=style[r["state"]]), Text(r["kernel"]),
+                          f"{r['speedup']:.3g}x", Text(r["reason"]))
         Console().print(table)
-    return 1 if any(r["state"] in ("stale", "missing") for r in rows) else 0
+    return 1 if any(r.get("lock_state", r["state"]) in ("stale", "missing") for r in rows) else 0
 
 
 def _find_store(given: str | None) -> Path:
@@ -364,7 +375,7 @@ def _list_targets(store, run: int | None, as_json: bool) -> int:
         nodes = store.nodes(target, run)
         if not nodes:
             continue
-        correct = [n["speedup"] for n in nodes if n["status"] in ("faster", "not_faster") and n["speedup"] is not None]
+        correct = [n["speedup"] for n in nodes if n["status"] == "faster" and n["speedup"] is not None]  # only faster is "best"
         runs = sorted({n["run_id"] for n in nodes if n["run_id"] is not None})
         rows.append({
             "target": target, "runs": len(runs), "latest_run": runs[-1] if runs else None, "nodes": len(nodes),
@@ -382,8 +393,9 @@ def _list_targets(store, run: int | None, as_json: bool) -> int:
     from rich.text import Text
 
     table = Table(title=str(store.path))
-    for col, right in (("target", False), ("runs", True), ("latest run", True), ("nodes", True), ("best", True), ("cost", True)):
-        table.add_column(col, justify="right" if right else "left")
+    table.add_column("target", overflow="fold")
+    for col in ("runs", "last run", "nodes", "best", "cost"):
+        table.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         best = f"{r['best_speedup']:.2f}x" if r["best_speedup"] is not None else "-"
         table.add_row(Text(r["target"]), str(r["runs"]), str(r["latest_run"] or "-"), str(r["nodes"]), best, f"${r['cost_usd']:.4f}")
@@ -520,9 +532,13 @@ def cmd_check(ns: argparse.Namespace) -> int:
     with Store(default_path(root)) as store:
         run_id = store.begin_run(" ".join(["maxcode", *sys.argv[1:]]), __version__)
         oracle = Oracle(reference, config, root, store=store, run_id=run_id, progress=progress, candidates_hint=candidates)
-        oracle.start_builds(candidates)
-        with oracle:
-            verdicts = oracle.check(candidates)
+        try:
+            oracle.start_builds(candidates)
+            with oracle:
+                verdicts = oracle.check(candidates)
+        except KeyboardInterrupt:
+            store.finish_run(run_id, "interrupted")
+            raise
         store.finish_run(run_id)
     if ns.json:
         json.dump([v.to_json() for v in verdicts], sys.stdout, indent=2)
@@ -547,8 +563,10 @@ def _print_verdicts(verdicts, workloads, device: str) -> None:
 
     console = Console()
     table = Table(title=f"maxcode check ({device})", show_lines=False)
-    for col in ("candidate", "status", "speedup", "95% CI", "reference", "candidate time", "build"):
-        table.add_column(col)
+    table.add_column("candidate", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    for col in ("speedup", "95% CI", "ref", "cand", "build"):
+        table.add_column(col, justify="right", no_wrap=True)
     for v in verdicts:
         ci = f"[{v.speedup_ci[0]:.3g}, {v.speedup_ci[1]:.3g}]" if v.speedup_ci else "-"
         sp = f"{v.speedup:.3g}x" if v.speedup is not None else "-"

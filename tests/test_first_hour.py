@@ -310,3 +310,77 @@ def test_best_so_far_counts_only_faster_nodes(tmp_path: Path) -> None:
     entry = _target_report(result, "lib.f", [], tmp_path)
     assert [t["best_so_far"] for t in entry["trajectory"]] == [2.0, 2.0, 2.0, 3.0]
     assert entry["candidates"]["failed"] == {"wrong": 1}
+
+
+# -- item 10: maxcode status under MAXCODE_DISABLE; tables at 80 columns ---------------------------
+
+
+def _locked_project(root: Path, target: str = "mylib.double") -> None:
+    import hashlib
+
+    from pytest_maxcode.targets.accept import reference_hash_in_file
+    from pytest_maxcode.targets.lock import LockEntry, write_lock
+
+    (root / "mylib.py").write_text(LIB)
+    kernel = root / "maxcode_kernels" / f"{target}.cpp"
+    kernel.parent.mkdir(parents=True, exist_ok=True)
+    kernel.write_text("// a kernel\n")
+    qualname = target.split(".")[-1]
+    entry = LockEntry(target, reference_hash_in_file(root / "mylib.py", qualname) or "", f"maxcode_kernels/{target}.cpp",
+                      hashlib.sha256(kernel.read_bytes()).hexdigest(), "cpp", "cpu", "x86_64", 3.5, [3.1, 3.9],
+                      "2026-01-01", "0.1.0", extra={"reference_file": "mylib.py", "qualname": qualname})
+    write_lock(root / "maxcode.lock", {target: entry})
+
+
+def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    full = dict(os.environ, COLUMNS="80", **env)
+    full.pop("MAXCODE_DISABLE", None) if "MAXCODE_DISABLE" not in env else None
+    return subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", *args], cwd=cwd, capture_output=True, text=True, env=full)
+
+
+def test_status_says_disabled_under_maxcode_disable(tmp_path: Path) -> None:
+    _locked_project(tmp_path)
+    active = _cli(["status", "--json"], tmp_path)
+    assert active.returncode == 0 and json.loads(active.stdout)[0]["state"] == "active", active.stderr
+    disabled = _cli(["status", "--json"], tmp_path, MAXCODE_DISABLE="1")
+    row = json.loads(disabled.stdout)[0]
+    assert disabled.returncode == 0 and row["state"] == "disabled" and row["reason"].startswith("MAXCODE_DISABLE is set")
+    table = _cli(["status"], tmp_path, MAXCODE_DISABLE="1")
+    assert table.returncode == 0 and " disabled " in table.stdout and "active" not in table.stdout.replace("else active", "")
+
+
+def test_status_table_fits_80_columns_without_breaking_words(tmp_path: Path) -> None:
+    _locked_project(tmp_path, "mylib.shift")
+    (tmp_path / "maxcode_kernels" / "mylib.shift.cpp").write_text("// edited after it was verified\n")
+    r = _cli(["status"], tmp_path)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, r.stdout
+    assert any(" stale " in line for line in lines), r.stdout  # the state column is never wrapped
+
+
+def test_show_target_list_fits_80_columns(tmp_path: Path) -> None:
+    db = default_path(tmp_path)
+    with Store(db) as store:
+        run = store.begin_run("pytest --maxcode", "0")
+        for status, speedup in (("faster", 2.5), ("not_faster", 8.9)):
+            store.add_node(run_id=run, target_id="a_rather_long_package.submodule.fused_bias_relu_kernel", parent_id=None,
+                           strategy="sweep", policy="builtin", step=0, depth=0, origin="seed", candidate_hash=None, status=status,
+                           reward=speedup, speedup=speedup, candidate_s=1e-3, reasons=[], llm_call_id=None)
+        store.finish_run(run)
+    r = _cli(["show"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80, r.stdout
+    assert "2.50x" in r.stdout and "8.90x" not in r.stdout  # a not_faster node is never "best"
+    assert "last run" in r.stdout
+
+
+def test_check_verdict_table_fits_80_columns(project: Path) -> None:
+    r = _cli(["check", "ref.py", "good.cpp", "broken.cpp", "--time-budget", "0.1", "--timeout", "30"], project)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, r.stdout
+    assert any("compile_error" in line and "broken.cpp" in line for line in lines), r.stdout
+    assert any(("faster" in line or "not_faster" in line) and "good.cpp" in line for line in lines), r.stdout
