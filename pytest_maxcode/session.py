@@ -201,7 +201,8 @@ class MaxcodeSession:
                 policy=self.policy_name,
                 device=self.settings["device"] or "auto",
             ),
-            "targets": self._merged(targets) if self.settings["target"] else targets,
+            # a filtered or interrupted run keeps the previous report's other targets
+            "targets": self._merged(targets) if self.settings["target"] or self.interrupted is not None else targets,
         }
         from .report import write_reports
 

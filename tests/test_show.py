@@ -266,7 +266,7 @@ def test_best_so_far_curve() -> None:
     ]
     assert best_so_far_curve(nodes) == [[1, None], [2, None], [3, 1.5], [4, 1.5], [5, 1.5], [6, 2.0], [7, 2.0]]
     assert best_so_far_curve([]) == []
-    assert best_so_far_curve([_n(1, "not_faster", 0.8)]) == [[1, 0.8]]
+    assert best_so_far_curve([_n(1, "not_faster", 0.8)]) == [[1, None]]  # a node that is not faster is never best
 
 
 def test_curves_by_strategy_labels_runs_only_when_needed() -> None:
