@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from conftest import run_maxcode
@@ -53,7 +54,8 @@ def get_init_inputs():
 '''
 
 # fast in the first worker that loads it, slow in every later one: a stand-in for a
-# one-process accident (a lucky layout, a quiet core) that a single measurement would crown
+# one-process accident (a lucky layout, a quiet core) that a single measurement would crown.
+# Its marker lives in /dev/shm: the sandbox's own (shared by its workers) or, without one, the host's.
 FAST_ONCE = '''
 import os
 import time
@@ -75,9 +77,13 @@ class ModelNew(torch.nn.Module):
 '''
 
 
+def _marker() -> str:
+    return f"/dev/shm/maxcode-loaded-once-{uuid.uuid4().hex}"
+
+
 def test_a_faster_run_that_does_not_repeat_in_a_fresh_worker_is_not_faster(tmp_path: Path) -> None:
     (tmp_path / "ref.py").write_text(SLOW_REFERENCE)
-    (tmp_path / "fast_once.py").write_text(FAST_ONCE.format(marker=str(tmp_path / "loaded-once"), later_spin=600e-6))
+    (tmp_path / "fast_once.py").write_text(FAST_ONCE.format(marker=_marker(), later_spin=600e-6))
     r = run_maxcode(["check", "ref.py", "fast_once.py", "--json", "--time-budget", "0.1"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     (v,) = r.verdicts
@@ -90,7 +96,7 @@ def test_a_faster_run_that_does_not_repeat_in_a_fresh_worker_is_not_faster(tmp_p
 
 def test_a_real_speedup_is_confirmed_and_quotes_the_second_measurement(tmp_path: Path) -> None:
     (tmp_path / "ref.py").write_text(SLOW_REFERENCE)
-    (tmp_path / "fast.py").write_text(FAST_ONCE.format(marker=str(tmp_path / "loaded-once"), later_spin=0.0))
+    (tmp_path / "fast.py").write_text(FAST_ONCE.format(marker=_marker(), later_spin=0.0))
     r = run_maxcode(["check", "ref.py", "fast.py", "--json", "--time-budget", "0.1"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     (v,) = r.verdicts

@@ -14,6 +14,7 @@ def test_a_dead_worker_is_replaced_between_batches(project: Path) -> None:
     os.chdir(project)
     config = CheckConfig(time_budget=0.1, timeout=30)
     with Oracle(parse_reference("ref.py"), config, project) as oracle:
+        scratch = oracle.scratch
         (first,) = oracle.check([CandidateSpec.from_path("good.cpp")])
         assert first.correct
         os.killpg(oracle.zygote.proc.pid, signal.SIGKILL)
@@ -21,12 +22,14 @@ def test_a_dead_worker_is_replaced_between_batches(project: Path) -> None:
         second, wrong = oracle.check([CandidateSpec.from_path("good.cpp"), CandidateSpec.from_path("cheats/zeros.cpp")])
         assert second.correct, second.reasons
         assert wrong.status == "wrong"
-    assert not list((project / ".maxcode" / "runs").iterdir())  # nothing left on disk
+    assert scratch is not None and not scratch.exists()  # nothing left on disk
 
 
 def test_expected_outputs_never_reach_the_disk_a_candidate_can_read(project: Path) -> None:
     os.chdir(project)
     with Oracle(parse_reference("ref.py"), CheckConfig(time_budget=0.1), project) as oracle:
-        files = [p.name for p in (project / ".maxcode" / "runs").iterdir()]
-        assert files and all(name.endswith("-inputs.pt") for name in files)
+        assert oracle.scratch is not None
+        files = [p.relative_to(oracle.scratch).as_posix() for p in oracle.scratch.rglob("*") if p.is_file()]
+        # the inputs sit outside the worker's writable job folder: a candidate cannot rewrite them
+        assert files == ["inputs.pt"]
         assert oracle.workloads[0].expected

@@ -19,7 +19,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from .isolation import Isolation
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 DEFAULT_CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17")
@@ -134,8 +137,14 @@ def build_all(
     nvccflags: Sequence[str] | None = None,
     timeout: float = 300.0,
     jobs: int | None = None,
+    isolation: Isolation | None = None,
 ) -> list[BuildResult]:
-    """Build every source, in parallel, reusing cached libraries; one result per source."""
+    """Build every source, in parallel, reusing cached libraries; one result per source.
+
+    With ``isolation`` the compilers run in that sandbox, where only the folders of this
+    batch are writable: a candidate's ``#include`` cannot reach the user's credentials,
+    nor its build anything outside its own folder.
+    """
     root = cache_dir / "native"
     root.mkdir(parents=True, exist_ok=True)
     results: list[BuildResult] = []
@@ -162,7 +171,7 @@ def build_all(
         src_path.write_text(src.text)
         todo[key] = (res, command, d)
     if todo:
-        _run_ninja(todo, root, timeout, jobs)
+        _run_ninja(todo, root, timeout, jobs, isolation)
     for r in results:
         first = todo[r.key][0] if r.key in todo else r
         if r is not first:
@@ -170,7 +179,8 @@ def build_all(
     return results
 
 
-def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path, timeout: float, jobs: int | None) -> None:
+def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path, timeout: float, jobs: int | None,
+               isolation: Isolation | None = None) -> None:
     with tempfile.TemporaryDirectory(dir=root, prefix="batch-") as tmp:
         lines = [
             "rule build",
@@ -193,12 +203,8 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
         ninja = shutil.which("ninja") or "ninja"
         n = jobs or os.cpu_count() or 2
         start = time.monotonic()
-        subprocess.run(
-            [ninja, "-f", str(ninja_file), "-k", "0", "-j", str(n)],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-        )
+        _run_sandboxed([ninja, "-f", str(ninja_file), "-k", "0", "-j", str(n)], Path(tmp), n,
+                       [d for _res, _cmd, d in todo.values()], [root, INCLUDE_DIR], isolation)
         wall = time.monotonic() - start
         durations = _ninja_durations(Path(tmp) / ".ninja_log")
     for res, command, d in todo.values():
@@ -218,6 +224,31 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
             res.errors = trim_errors(res.log, shown, str(d / f"candidate{'.cu' if res.source.lang == 'cuda' else '.cpp'}"))
             if res.compile_s >= timeout - 1:
                 res.errors.insert(0, f"the build did not finish within {int(timeout)} s")
+
+
+def _run_sandboxed(argv: list[str], job_dir: Path, jobs: int, writable: list[Path], readable: list[Path],
+                   isolation: Isolation | None) -> None:
+    """Run the build; in ``isolation`` with the environment scrubbed of secrets (``#include "/proc/self/environ"``)."""
+    from .isolation import Limits, prepare
+    from .sandbox import scrubbed_env
+
+    env = dict(scrubbed_env(), TMPDIR=str(job_dir))
+    if isolation is None:
+        subprocess.run(argv, cwd=job_dir, capture_output=True, text=True, env=env)
+        return
+    limits = Limits(memory=(2 * jobs + 1) << 30, pids=max(256, 8 * jobs + 64), file_size=1 << 30)
+    box = prepare(argv, isolation, job_dir, limits, extra_writable=writable, readable=readable)
+    proc = subprocess.Popen(box.argv, cwd=job_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait()
+    finally:
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+        proc.wait()
+        box.cleanup()
 
 
 def _esc(path: str) -> str:

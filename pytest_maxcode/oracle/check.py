@@ -11,18 +11,22 @@ import json
 import os
 import shutil
 import signal
+import stat as stat_mod
 import statistics
+import sys
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import MaxcodeError
 from . import build as build_mod
 from .compare import compare, weak_reasons
-from .pool import ChildGone, JobTimeout, WorkerSetupError, Zygote
+from . import isolation as isolation_mod
+from .isolation import Isolation, Limits, resolve
+from .pool import WORKER, ChildGone, JobTimeout, WorkerSetupError, Zygote
 from .reference import ReferenceSpec
 from .verdict import Verdict, undecided
 
@@ -54,11 +58,15 @@ class CheckConfig:
     nvccflags: list[str] | None = None
     jobs: int | None = None
     inplace: bool = False
+    #: the OS sandbox for everything that runs candidate code: auto, bwrap, unshare or none
+    sandbox: str = "auto"
 
     def key(self) -> str:
         """What changes a verdict: evaluations under another key are not reused."""
         parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "seed", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace")}
         parts["rule"] = VERDICT_RULE
+        if self.sandbox != "auto":  # a verdict taken with a weaker sandbox is not reused by a stronger one
+            parts["sandbox"] = self.sandbox
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -150,6 +158,29 @@ class Oracle:
             self._slowdown = VALGRIND_SLOWDOWN
         self._builds: tuple[list[CandidateSpec], Future] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maxcode-build")
+        self.isolation = resolve(config.sandbox)
+        self._worker_limits = self._sandbox_limits()
+        warning = sandbox_warning(self.isolation)
+        if warning:
+            print(f"maxcode: warning: {warning}", file=sys.stderr)
+        #: this oracle's scratch: the worker's writable job folder, and read-only copies it loads
+        self.scratch: Path | None = None
+        self._compat_stage: Path | None = None
+
+    def _sandbox_limits(self) -> Limits:
+        """The worker's limits; memory through RLIMIT_AS only where that cannot break the worker."""
+        c = self.config
+        pids = max(256, 8 * (os.cpu_count() or 1))  # threads count: torch starts one per core
+        memory = None if c.max_memory is None else int(c.max_memory) + 2 * GiB  # + torch, the inputs, the reference
+        by_rlimit = self.isolation.kind == "none" or not any(c == "memory" for c, _ in isolation_mod._cgroup_roots())
+        if memory is not None and by_rlimit and (self.device == "cuda" or c.timer == "instructions"):
+            # CUDA and valgrind reserve far more address space than they use: RLIMIT_AS would break them
+            memory = None
+            missing = [m for m in self.isolation.missing if "RLIMIT_AS" not in m]
+            missing.append("no writable memory cgroup: memory is limited per candidate by RLIMIT_DATA only "
+                           "(CUDA and valgrind reserve more address space than RLIMIT_AS allows)")
+            self.isolation = replace(self.isolation, missing=tuple(missing))
+        return Limits(memory=memory, pids=pids, file_size=2 * GiB)
 
     def _check_instruction_timer(self, candidates: Sequence[CandidateSpec]) -> None:
         if shutil.which("valgrind") is None:
@@ -188,6 +219,7 @@ class Oracle:
             nvccflags=self.config.nvccflags,
             timeout=self.config.build_timeout,
             jobs=self.config.jobs,
+            isolation=self.isolation,
         )
 
     def _cxxflags(self) -> list[str] | None:
@@ -209,12 +241,11 @@ class Oracle:
         if self.zygote is not None:
             self.zygote.close()
             self.zygote = None
-        if self._inputs_path is not None:
-            self._inputs_path.unlink(missing_ok=True)
-            self._inputs_path = None
-        if self._cg_dir is not None:
-            shutil.rmtree(self._cg_dir, ignore_errors=True)
-            self._cg_dir = None
+        self._inputs_path = None
+        self._cg_dir = None
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     def _limits(self) -> dict[str, Any]:
         c = self.config
@@ -230,10 +261,29 @@ class Oracle:
     def prepare(self) -> None:
         """Start the worker, generate the seeded input sets and the expected outputs."""
         self.progress(f"loading reference {self.reference.path.name}:{self.reference.name}")
-        self.zygote = Zygote(self.reference.to_worker(), cwd=self.root)
+        scratch = self.scratch = Path(tempfile.mkdtemp(prefix="maxcode-oracle-"))
+        job_dir = scratch / "job"
+        job_dir.mkdir()
+        ref = self.reference.to_worker()
+        readable = [self.root, scratch, Path(sys.prefix), WORKER.parents[2], *map(Path, sys.path[1:])]
+        readable += [Path(p).parent for p in (ref["path"], ref["instance"], ref["inputs_path"]) if p]
+        readable += [Path(ref["rootdir"])] if ref["rootdir"] else []
+        devices = sorted(Path("/dev").glob("nvidia*")) if self.device == "cuda" else []
+        mounts = []
+        if self.isolation.kind == "bwrap":
+            # compat builds: the worker sees its staging folder at the cache's path (torch's build
+            # files name that path, so a build cached by an earlier run is up to date); the shared
+            # cache itself stays read-only, and only this process copies into it
+            (self.cache_dir / "compat").mkdir(parents=True, exist_ok=True)
+            (job_dir / "compat").mkdir()
+            mounts = [(job_dir / "compat", self.cache_dir / "compat")]
+            self._compat_stage = job_dir / "compat"
+        self.zygote = Zygote(ref, cwd=self.root, isolation=self.isolation, job_dir=job_dir, readable=readable,
+                             devices=devices, limits=self._worker_limits, mounts=mounts)
         self._timer_job: dict[str, Any] = {"timer": self.config.timer}
         if self.config.timer == "instructions":
-            cg_dir = self._cg_dir = Path(tempfile.mkdtemp(prefix="maxcode-callgrind-"))
+            cg_dir = self._cg_dir = job_dir / "callgrind"
+            cg_dir.mkdir()
             shim = build_mod.build_all(
                 [build_mod.Source(CALLGRIND_SHIM, "cpp")], self.cache_dir, cxxflags=["-O2"], timeout=self.config.build_timeout
             )[0]
@@ -258,22 +308,22 @@ class Oracle:
             raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
         seeds = [self.config.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
         specs = self.workload_specs or [{"name": "default"}]
-        # every workload: its captured sets (if any), then seeded random ones
-        runs = self.root / ".maxcode" / "runs"
-        runs.mkdir(parents=True, exist_ok=True)
-        stem = runs / f"{os.getpid()}-{id(self):x}"
-        inputs_path, expected_path = Path(f"{stem}-inputs.pt"), Path(f"{stem}-expected.pt")
+        # every workload: its captured sets (if any), then seeded random ones; written in the
+        # worker's job folder, then moved where candidates cannot rewrite them
+        written, expected_path = job_dir / "inputs.pt", job_dir / "expected.pt"
+        inputs_path = scratch / "inputs.pt"
         job = dict(
             self._limits(),
             kind="reference",
             workloads=[dict(w, seeds=seeds) for w in specs],
-            inputs_out=str(inputs_path),
+            inputs_out=str(written),
             expected_out=str(expected_path),
         )
         # the inputs file stays until close(), so a replaced zygote can load it again
         self._inputs_path = inputs_path
         try:
             self._run_reference(job)
+            os.replace(written, inputs_path)
             for w in torch.load(expected_path, weights_only=True):
                 returns = w.get("returns")
                 wl = Workload(w["name"], w["expected"], int(w["in_bytes"]), returns=returns and returns.split(":")[0],
@@ -346,7 +396,8 @@ class Oracle:
         )
 
     def _evaluate(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> Verdict:
-        v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang)
+        v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang,
+                    sandbox=self.isolation.describe())
         weak = [r for w in self.workloads for r in w.weak]
         if weak:
             v.weak_check = True
@@ -384,15 +435,28 @@ class Oracle:
 
     def _job(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> dict[str, Any]:
         c = self.config
+        assert self.scratch is not None
         compat_dir = self.cache_dir / "compat" / cand.hash[:16]
+        path = str(built.library) if built is not None else str(cand.path.resolve())
         if cand.format == "compat":
-            compat_dir.mkdir(parents=True, exist_ok=True)
+            if self._compat_stage is not None:
+                # a fresh copy of this candidate's cached build: nothing an earlier candidate left there
+                stage = self._compat_stage / cand.hash[:16]
+                shutil.rmtree(stage, ignore_errors=True)
+                _copy_regular_files(compat_dir, stage)
+            else:
+                compat_dir.mkdir(parents=True, exist_ok=True)
+            # a read-only copy the sandbox can see wherever the candidate lives
+            copy = self.scratch / "candidates" / cand.hash[:16] / cand.path.name
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(cand.text)
+            path = str(copy)
         return dict(
             self._limits(),
             **self._timer_job,
             kind="candidate",
             format=cand.format,
-            path=str(built.library) if built is not None else str(cand.path.resolve()),
+            path=path,
             build_dir=str(compat_dir),
             time_budget=c.time_budget,
             min_speedup=c.min_speedup,
@@ -460,6 +524,10 @@ class Oracle:
             v.reasons = [f"the worker died during {e}"]
         finally:
             child.finish()
+            if cand.format == "compat" and self._compat_stage is not None:
+                target = self.cache_dir / "compat" / cand.hash[:16]
+                shutil.rmtree(target, ignore_errors=True)
+                _copy_regular_files(self._compat_stage / cand.hash[:16], target)
         v.eval_s = round(time.monotonic() - start, 4)
         if v.status == "crash":
             code = child.exit_code
@@ -568,9 +636,21 @@ def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str) 
             v.reasons[0] += f": too noisy to decide (the interval spans a factor of {sp.high / sp.low:.3g})"
 
 
+def sandbox_warning(isolation: Isolation) -> str | None:
+    """The one line every run without a full sandbox prints, or None."""
+    if isolation.kind == "none":
+        why = f" ({isolation.reason})" if isolation.reason else " (--sandbox none)"
+        return f"candidates run WITHOUT a sandbox{why}: they can read this user's files, reach the network and signal any process"
+    if isolation.weak:
+        why = f" (fell back: {isolation.reason})" if isolation.reason else ""
+        return f"sandbox {isolation.describe()}{why}"
+    return None
+
+
 def second_measurement(first: Verdict) -> Verdict:
     """A blank verdict for confirming ``first``: same candidate, same build facts."""
-    again = Verdict(first.candidate, "runtime_error", hash=first.hash, format=first.format, lang=first.lang)
+    again = Verdict(first.candidate, "runtime_error", hash=first.hash, format=first.format, lang=first.lang,
+                    sandbox=first.sandbox)
     again.compile_s, again.weak_check = first.compile_s, first.weak_check
     again.diagnostics = {k: v for k, v in first.diagnostics.items() if k == "build"}
     return again
@@ -589,6 +669,23 @@ def confirmed(first: Verdict, again: Verdict, where: str) -> Verdict:
     else:
         again.reasons = [f"on a second run {where}: {r}" for r in again.reasons]
     return again
+
+
+def _copy_regular_files(source: Path, dest: Path) -> None:
+    """Copy a tree the sandbox wrote: regular files only (a link it planted could name any file of ours)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for folder, dirs, files in os.walk(source):
+        rel = Path(folder).relative_to(source)
+        for name in dirs:
+            if not os.path.islink(os.path.join(folder, name)):
+                (dest / rel / name).mkdir(exist_ok=True)
+        for name in files:
+            src = os.path.join(folder, name)
+            try:
+                if stat_mod.S_ISREG(os.lstat(src).st_mode):
+                    shutil.copy2(src, dest / rel / name, follow_symlinks=False)
+            except OSError:
+                continue
 
 
 def _memory_related(reasons: list[str]) -> bool:

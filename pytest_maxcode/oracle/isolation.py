@@ -133,7 +133,8 @@ def _isolation(kind: str, reason: str) -> Isolation:
     return Isolation(kind, WHAT[kind], tuple(missing), reason)
 
 
-def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path]) -> list[str]:
+def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], readable: Sequence[Path] = (),
+                    devices: Sequence[Path] = (), mounts: Sequence[tuple[Path, Path]] = ()) -> list[str]:
     if kind == "none":
         return []
     if kind == "unshare":
@@ -141,19 +142,37 @@ def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path]) ->
                 "--net", "--ipc", "--uts", f"--wd={job_dir}", "--"]
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    for path in _hidden_by_tmpfs(readable):
+        argv += ["--ro-bind", str(path), str(path)]
     home = Path.home()
-    for rel in CREDENTIALS:
+    for rel in CREDENTIALS:  # after the binds above: one of them may hold the home folder
         path = home / rel
         if path.is_dir():
             argv += ["--tmpfs", str(path)]
         elif path.exists():
             argv += ["--ro-bind", "/dev/null", str(path)]
+    for dev in devices:
+        argv += ["--dev-bind", str(dev), str(dev)]
     for path in (job_dir, *extra_writable):
         if str(path) != "/":
             argv += ["--bind", str(path), str(path)]
+    for source, dest in mounts:
+        argv += ["--bind", str(source), str(dest)]
     if str(job_dir) != "/":
         argv += ["--chdir", str(job_dir)]
     return argv + ["--"]
+
+
+def _hidden_by_tmpfs(paths: Sequence[Path]) -> list[Path]:
+    """The folders under the sandbox's private /tmp or /dev/shm that it must still read, outermost only."""
+    hidden = (Path("/tmp"), Path("/dev/shm"))
+    inside = sorted({q for q in (Path(os.path.abspath(p)) for p in paths)
+                     if q.exists() and any(q.is_relative_to(h) and q != h for h in hidden)}, key=lambda q: len(q.parts))
+    kept: list[Path] = []
+    for p in inside:
+        if not any(p.is_relative_to(k) for k in kept):
+            kept.append(p)
+    return kept
 
 
 @functools.lru_cache(maxsize=None)
@@ -287,16 +306,24 @@ class Sandboxed:
 
 
 def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Limits = Limits(),
-            extra_writable: Sequence[Path] = ()) -> Sandboxed:
+            extra_writable: Sequence[Path] = (), readable: Sequence[Path] = (), devices: Sequence[Path] = (),
+            mounts: Sequence[tuple[Path, Path]] = (), use_cgroups: bool = True) -> Sandboxed:
     """The command line that runs ``argv`` inside the sandbox, with its limits.
+
+    ``readable``: folders the command must read that the sandbox's private ``/tmp`` would
+    hide (a project or a scratch folder under ``/tmp``); read-only. ``devices``: device
+    nodes it needs (``/dev/nvidia*`` for a CUDA worker). ``mounts``: (source, seen as)
+    writable folders shown at another path, under ``bwrap`` only (the others cannot mount).
+    ``use_cgroups=False``: rlimits only; joining a cgroup costs tens of milliseconds, too much
+    for a process started once per timed run.
 
     Start it in a new session (``start_new_session=True``) and kill its process group (or,
     under a namespace, its root process: the PID namespace goes with it); then call
     :meth:`Sandboxed.cleanup`, which also kills anything left in its cgroups.
     """
-    cgroups = Cgroups.make(limits) if isolation.kind != "none" else Cgroups()
+    cgroups = Cgroups.make(limits) if isolation.kind != "none" and use_cgroups else Cgroups()
     setup = cgroups.join_commands() + rlimit_commands(limits, "memory" in cgroups.folders)
-    inner = _namespace_argv(isolation.kind, job_dir, extra_writable) + list(argv)
+    inner = _namespace_argv(isolation.kind, job_dir, extra_writable, readable, devices, mounts) + list(argv)
     if isolation.kind == "none":
         setup.append(f"cd '{job_dir}'")
     return Sandboxed(["/bin/sh", "-c", _STARTER, "maxcode-sandbox", *setup, "--", *inner], isolation, cgroups)

@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Iterator
 
+from .isolation import Isolation, Limits, Sandboxed, prepare
 from .sandbox import scrubbed_env
 
 WORKER = Path(__file__).parent / "remote" / "_maxcode_worker.py"
@@ -119,8 +120,13 @@ class Job:
                 yield msg
 
     def kill(self) -> None:
+        """Kill the child's process group; if it cannot be found from here, the whole sandbox."""
+        pid = self.zygote.host_pid(self.pid)
+        if pid is None:
+            self.zygote.kill_sandbox()
+            return
         try:
-            os.killpg(self.pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
 
@@ -135,6 +141,10 @@ class Job:
         code, leftovers = self.zygote._wait_exit(self.job_id, self, grace=2.0)
         self.exit_code, self.leftovers = code, leftovers
         self.output.join(timeout=2.0)
+        if leftovers and self.zygote.namespaced:
+            # what it left may still run (a helper that keeps changing its pid outruns a
+            # list-then-kill): end the sandbox; the next job starts a fresh one
+            self.zygote.close()
 
 
 @dataclass
@@ -152,6 +162,21 @@ class Zygote:
     _log: CappedReader | None = None
     _running: Job | None = None
     wrapper: list[str] = field(default_factory=list)  # e.g. valgrind for instruction counts
+    #: the OS sandbox the worker runs in (None: none at all, for callers that predate it)
+    isolation: Isolation | None = None
+    #: the worker's private writable folder (its TMPDIR and caches); the rest is read-only
+    job_dir: Path | None = None
+    #: folders under /tmp the worker reads (the project, the build cache, the inputs)
+    readable: list[Path] = field(default_factory=list)
+    devices: list[Path] = field(default_factory=list)
+    mounts: list[tuple[Path, Path]] = field(default_factory=list)  # (writable source, seen as), bwrap only
+    limits: Limits = field(default_factory=Limits)
+    _box: Sandboxed | None = None
+
+    @property
+    def namespaced(self) -> bool:
+        """Its pids are not ours: they must be translated before we signal them."""
+        return self.isolation is not None and self.isolation.kind != "none"
 
     def start(self, timeout: float = 120.0) -> None:
         self.launch()
@@ -167,8 +192,22 @@ class Zygote:
         env = dict(self.env)
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
         env["MAXCODE_DISABLE"] = "1"  # a decorated reference inside a worker is always the reference
+        # inside a PID namespace our pid means nothing: the worker then relies on its
+        # parent-death signal and on this socket closing
+        parent = 0 if self.namespaced else os.getpid()
+        argv = [*self.wrapper, sys.executable, "-u", str(WORKER), str(child_sock.fileno()), str(parent)]
+        if self.isolation is not None:
+            job_dir = self.job_dir or self.cwd
+            job_dir.mkdir(parents=True, exist_ok=True)
+            for name, sub in (("TMPDIR", ""), ("TORCH_HOME", "torch"), ("XDG_CACHE_HOME", "cache"),
+                              ("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("CUDA_CACHE_PATH", "cuda-cache"),
+                              ("TRITON_CACHE_DIR", "triton")):
+                env[name] = str(job_dir / sub) if sub else str(job_dir)
+            self._box = prepare(argv, self.isolation, job_dir, self.limits, readable=self.readable, devices=self.devices,
+                                mounts=self.mounts)
+            argv = self._box.argv
         self.proc = subprocess.Popen(
-            [*self.wrapper, sys.executable, "-u", str(WORKER), str(child_sock.fileno()), str(os.getpid())],
+            argv,
             pass_fds=[child_sock.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=log_w,
@@ -275,6 +314,33 @@ class Zygote:
                 job.kill()
                 killed = True
 
+    def host_pid(self, pid: int) -> int | None:
+        """Our pid for the worker's ``pid`` (its own PID namespace's number), if it still runs."""
+        if not self.namespaced:
+            return pid
+        if self.proc is None:
+            return None
+        for candidate in _descendants(self.proc.pid):
+            try:
+                with open(f"/proc/{candidate}/status") as f:
+                    for line in f:
+                        if line.startswith("NSpid:"):
+                            ids = line.split()[1:]
+                            if len(ids) >= 2 and int(ids[1]) == pid:
+                                return candidate
+                            break
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def kill_sandbox(self) -> None:
+        """Kill the sandbox's root: its PID namespace, and every process in it, goes with it."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
     def close(self) -> None:
         if self._running is not None:
             self._running.kill()
@@ -287,9 +353,32 @@ class Zygote:
             self.ctl.close()
             self.ctl = None
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
+            self.kill_sandbox()
             self.proc.wait()
             self.proc = None
+        if self._box is not None:
+            self._box.cleanup()
+            self._box = None
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root``, nearest first."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(name))
+    out: list[int] = []
+    frontier = [root]
+    while frontier:
+        nxt = [c for p in frontier for c in children.get(p, ())]
+        out += nxt
+        frontier = nxt
+    return out

@@ -45,6 +45,8 @@ class Verdict:
     hash: str = ""
     format: str = ""
     lang: str = ""
+    #: the OS sandbox the candidate ran in (Isolation.describe(): "bwrap", "none (not enforced: ...)")
+    sandbox: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -902,12 +902,16 @@ def _decided(ref: list, cand: list, min_speedup: float) -> bool:
 
 
 def _die_with_parent(parent: int) -> None:
-    """If our parent dies (even by SIGKILL), so do we: no orphaned workers or hung kernels."""
+    """If our parent dies (even by SIGKILL), so do we: no orphaned workers or hung kernels.
+
+    ``parent`` 0: we run in a PID namespace, where the parent's pid is not ours to check;
+    the sandbox's root then dies with it and takes the namespace along.
+    """
     try:
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-    if os.getppid() != parent:
+    if parent and os.getppid() != parent:
         os._exit(1)
 
 
