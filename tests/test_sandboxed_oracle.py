@@ -373,3 +373,26 @@ def test_compat_builds_are_cached_in_the_project_yet_written_only_by_maxcode(pro
         (again,) = oracle.check([cand])
     assert again.correct and again.compile_s is not None and again.compile_s < v.compile_s / 2, (v.compile_s, again.compile_s)
 
+
+@needs_bwrap
+def test_program_runs_are_sandboxed_when_a_kind_is_named(tmp_path: Path) -> None:
+    from test_programs import FAST, SLOW, candidate, make_project
+
+    from pytest_maxcode.oracle.program import ProgramOracle, program_config
+    from pytest_maxcode.targets.program import ProgramTarget
+
+    root = make_project(tmp_path / "proj")
+    pwned = root / "pwned.txt"
+    # honest output, preceded by a line that makes it wrong if the write outside its folder landed
+    attack = SLOW.replace("int main() {", f'#include <cstdio>\nint main() {{\n  if (FILE* f = fopen("{pwned}", "w")) {{ fputs("x", f); fclose(f); puts("pwned"); }}', 1)
+    assert attack != SLOW
+    p = ProgramTarget("sums", Path("src/sums.cpp"), Path("cases"))
+    with ProgramOracle(p, program_config(p, 1.05, sandbox="bwrap"), root) as oracle:
+        fast, writer = oracle.check([candidate(root, "fast", FAST), candidate(root, "writer", attack)])
+    assert fast.sandbox == writer.sandbox == resolve("bwrap").describe()
+    assert fast.correct and fast.speedup > 1.0, fast.reasons
+    assert writer.correct, writer.reasons
+    assert not pwned.exists()
+    with ProgramOracle(p, program_config(p, 1.05), root) as oracle:
+        (default,) = oracle.check([candidate(root, "fast", FAST)])
+    assert default.sandbox.startswith("none (not enforced: program runs are not sandboxed")

@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 
 from .._files import write_atomic
 from ..errors import MaxcodeError
+from ..oracle.isolation import Isolation, Limits, prepare, resolve
+from ..oracle.sandbox import scrubbed_env
 from ..options import positive_float, positive_int
 
 DESCRIPTION = (
@@ -351,8 +353,12 @@ def source_key(code: str, flags: Sequence[str]) -> str:
     return hashlib.sha256("\0".join([CXX, *flags, code]).encode()).hexdigest()
 
 
-def compile_program(code: str, flags: Sequence[str], cache: Path) -> Build:
-    """Compile once per (source, flags): a failure is cached too, it would fail the same way again."""
+def compile_program(code: str, flags: Sequence[str], cache: Path, isolation: Isolation | None = None) -> Build:
+    """Compile once per (source, flags): a failure is cached too, it would fail the same way again.
+
+    With ``isolation`` the compiler runs in that sandbox, only its temporary folder writable
+    (an ``#include`` of a credential file or ``/proc/self/environ`` finds nothing).
+    """
     key = source_key(code, flags)
     binary, error = cache / key, cache / f"{key}.err"
     if binary.is_file():
@@ -361,11 +367,16 @@ def compile_program(code: str, flags: Sequence[str], cache: Path) -> Build:
         return Build(None, error.read_text(), True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         (Path(tmp) / "prog.cpp").write_text(code, encoding="utf-8")
+        argv = [CXX, *flags, "prog.cpp", "-o", "prog"]
+        boxed = prepare(argv, isolation, Path(tmp), Limits(memory=4 << 30, pids=256, file_size=1 << 30)) if isolation else None
         try:
-            proc = subprocess.run([CXX, *flags, "prog.cpp", "-o", "prog"], cwd=tmp, capture_output=True,
-                                  env={**os.environ, "LC_ALL": "C"}, text=True, errors="replace", timeout=COMPILE_TIMEOUT, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(boxed.argv if boxed else argv, cwd=tmp, capture_output=True, start_new_session=boxed is not None,
+                                  env={**scrubbed_env(), "LC_ALL": "C"}, text=True, errors="replace", timeout=COMPILE_TIMEOUT, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return Build(None, f"{CXX} took over {COMPILE_TIMEOUT:.0f}s", False)
+        finally:
+            if boxed is not None:
+                boxed.cleanup()
         if proc.returncode != 0:
             message = first_error_line(proc.stderr, proc.returncode)
             (Path(tmp) / "err").write_text(message)
@@ -375,10 +386,11 @@ def compile_program(code: str, flags: Sequence[str], cache: Path) -> Build:
     return Build(binary, None, False)
 
 
-def compile_all(codes: Iterable[str], flags: Sequence[str], cache: Path, jobs: int) -> dict[str, Build]:
+def compile_all(codes: Iterable[str], flags: Sequence[str], cache: Path, jobs: int,
+                isolation: Isolation | None = None) -> dict[str, Build]:
     cache.mkdir(parents=True, exist_ok=True)
     unique = sorted(set(codes))
-    builds = parallel_map(lambda c: compile_program(c, flags, cache), unique, jobs)
+    builds = parallel_map(lambda c: compile_program(c, flags, cache, isolation), unique, jobs)
     return dict(zip(unique, builds))
 
 
@@ -400,10 +412,18 @@ class SuiteFailure(Exception):
 class Sandbox:
     """What an untrusted program runs under: an environment, and resource limits set on its pid
     as soon as it starts (a pre-exec hook would cost a full fork, milliseconds per run, and
-    would blur the timings)."""
+    would blur the timings).
+
+    With ``isolation`` each run starts in that OS sandbox instead, with ``os_limits`` (its
+    working folder the only writable one, ``readable`` the folders under /tmp it reads); that
+    costs milliseconds per run, the same for the source and the candidate.
+    """
 
     env: dict[str, str] | None = None
     limits: Callable[[int], None] | None = None
+    isolation: Isolation | None = None
+    os_limits: Limits = Limits()
+    readable: tuple[Path, ...] = ()
 
 
 def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
@@ -413,12 +433,16 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     The program gets its own process group so a timeout kills whatever it started too.
     """
     box = sandbox or Sandbox()
+    boxed = None
+    if box.isolation is not None:
+        boxed = prepare(list(cmd), box.isolation, cwd, box.os_limits,
+                        readable=[*box.readable, Path(cmd[-1]).parent, Path(stdin).parent], use_cgroups=False)
     with open(stdin, "rb") as f:
         start = time.perf_counter()
-        proc = subprocess.Popen(list(cmd), stdin=f, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        proc = subprocess.Popen(boxed.argv if boxed else list(cmd), stdin=f, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 cwd=cwd, start_new_session=True, env=box.env)
     try:
-        if box.limits is not None:
+        if box.limits is not None and boxed is None:
             try:
                 box.limits(proc.pid)
             except (ProcessLookupError, PermissionError):  # it already exited
@@ -427,6 +451,8 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
         seconds = time.perf_counter() - start
     finally:
         _kill_group(proc)
+        if boxed is not None:
+            boxed.cleanup()
     if failure is None and proc.returncode:
         failure = exit_reason(proc.returncode)
     if failure == "timeout":
@@ -638,7 +664,9 @@ def run(ns: argparse.Namespace) -> int:
     cache = Path(ns.cache or ".maxcode/pie-cache").resolve()  # programs run in a scratch dir
     codes = [c for p in pairs for c in (p.source, p.candidate) if c is not None]
     sys.stderr.write(f"pie: compiling {len(set(codes))} programs ({ns.jobs} jobs)\n")
-    builds = compile_all(codes, flags, cache, ns.jobs)
+    # the compilers run in the strongest sandbox here; the timed runs do not (10-20 ms per start
+    # would distort PIE's speedups, and both sides run alike)
+    builds = compile_all(codes, flags, cache, ns.jobs, resolve("auto"))
     with tempfile.TemporaryDirectory(prefix="maxcode-pie-") as scratch:
         setup = Setup(tests, builds, ns.timeout, ns.repeats, ns.timer, ns.jobs, Path(scratch))
         sys.stderr.write(f"pie: checking and timing {len(pairs)} pairs on {sum(map(len, tests.values()))} test cases\n")

@@ -12,6 +12,10 @@ under callgrind instead: deterministic, for noisy machines.
 Programs run in a scratch folder with a scrubbed environment and resource limits (memory,
 CPU time, file size, no core dumps) set on them as they start; the source gets the same
 treatment, so timings stay fair, and a timed-out program's whole process group is killed.
+The compiler always runs in the OS sandbox; the program runs do only when a sandbox kind is
+named (``--sandbox bwrap``): a sandbox start costs 10-20 ms per run, which would dilute the
+speedup of a millisecond-scale program (the same cost on both sides keeps it fair, not exact).
+Each verdict's ``sandbox`` says which was in force for the runs.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import hashlib
 import os
 import resource
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +38,8 @@ from ..errors import MaxcodeError
 from ..targets.lock import sha256_text
 from ..targets.program import ProgramTarget
 from . import stats
-from .check import CandidateSpec, CheckConfig, confirmed, decide, second_measurement
+from .check import CandidateSpec, CheckConfig, confirmed, decide, sandbox_warning, second_measurement
+from .isolation import Limits, resolve
 from .sandbox import scrubbed_env
 from .verdict import Verdict
 
@@ -55,13 +61,13 @@ class TestCaseWorkload:
         return f"stdin {self.case.input.name} ({self.case.input.stat().st_size} bytes)"
 
 
-def program_config(program: ProgramTarget, min_speedup: float) -> CheckConfig:
+def program_config(program: ProgramTarget, min_speedup: float, sandbox: str = "auto") -> CheckConfig:
     """The check's settings for a program: what changes its verdicts goes into the evaluation key."""
     # a round runs every test case once per side, so rounds stop after 0.2 s per case (the kernels' 0.5 s
     # already gives dozens of rounds of millisecond-scale programs); slow programs still get `rounds`
     return CheckConfig(device="cpu", min_speedup=min_speedup, timeout=program.timeout, min_rounds=program.rounds,
                        time_budget=0.2, timer="instructions" if program.timer == "instructions" else "time",
-                       cxxflags=list(program.cxxflags))
+                       cxxflags=list(program.cxxflags), sandbox=sandbox)
 
 
 def workload_signatures(tests: Sequence[pie.TestCase]) -> list[str]:
@@ -87,7 +93,22 @@ class ProgramOracle:
         self.source_text = (root / program.source).read_text(encoding="utf-8", errors="replace")
         self._source_binary: Path | None = None
         self._scratch: Path | None = None
-        self._sandbox = pie.Sandbox(env=dict(scrubbed_env(), LC_ALL="C"), limits=self._limits)
+        #: the compiler's sandbox; the runs' only when one is named (see the module's docstring)
+        self.isolation = resolve(config.sandbox)
+        runs = self.isolation if config.sandbox in ("bwrap", "unshare") else None
+        if runs is not None:
+            cpu = int(config.timeout * (pie.VALGRIND_SLOWDOWN if self.timer == "instructions" else 1)) + 5
+            memory = config.max_memory if self.timer == "wall" else None  # valgrind reserves far more address space
+            self.sandbox = runs.describe()
+            self._sandbox = pie.Sandbox(env=dict(scrubbed_env(), LC_ALL="C"), isolation=runs, readable=(root,),
+                                        os_limits=Limits(memory=memory, pids=None, file_size=64 * MiB, cpu_seconds=cpu))
+        else:
+            self.sandbox = ("none (not enforced: program runs are not sandboxed unless a kind is named, e.g. --sandbox bwrap; "
+                            f"the compiler runs in {self.isolation.kind})")
+            self._sandbox = pie.Sandbox(env=dict(scrubbed_env(), LC_ALL="C"), limits=self._limits)
+        warning = sandbox_warning(self.isolation)
+        if warning:
+            print(f"maxcode: warning: {warning}", file=sys.stderr)
         self._counted: dict[str, list[int]] = {}  # instruction counts per binary (deterministic: counted once)
 
     @property
@@ -115,7 +136,7 @@ class ProgramOracle:
         tests = self._tests()
         self._scratch = Path(tempfile.mkdtemp(prefix="maxcode-program-"))
         self.progress(f"compiling {p.source} and running it on its {len(tests)} test case(s)")
-        build = pie.compile_program(self.source_text, p.cxxflags, self._cache())
+        build = pie.compile_program(self.source_text, p.cxxflags, self._cache(), self.isolation)
         if build.binary is None:
             raise MaxcodeError(f"program {p.id}: {p.source} does not compile with g++ {' '.join(p.cxxflags)}: {build.error}")
         self._source_binary = build.binary
@@ -137,7 +158,7 @@ class ProgramOracle:
         """(passed, summary): ``text`` compiled in a fresh folder (no cache) and run once on every test case."""
         tests = self._tests()
         with tempfile.TemporaryDirectory(prefix="maxcode-verify-") as tmp:
-            build = pie.compile_program(text, self.program.cxxflags, Path(tmp))
+            build = pie.compile_program(text, self.program.cxxflags, Path(tmp), self.isolation)
             if build.binary is None:
                 return False, f"does not compile: {build.error}"
             failures = [f"{t.input.name}: {failure[1]}" for t in tests
@@ -179,7 +200,7 @@ class ProgramOracle:
 
     def _compile(self, text: str) -> tuple[pie.Build, float]:
         t0 = time.monotonic()
-        build = pie.compile_program(text, self.program.cxxflags, self._cache())
+        build = pie.compile_program(text, self.program.cxxflags, self._cache(), self.isolation)
         return build, time.monotonic() - t0
 
     def _record(self, cand: CandidateSpec, v: Verdict) -> None:
@@ -192,7 +213,7 @@ class ProgramOracle:
 
     def _evaluate(self, cand: CandidateSpec, built: tuple[pie.Build, float]) -> Verdict:
         build, seconds = built
-        v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang)
+        v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang, sandbox=self.sandbox)
         v.compile_s = round(seconds, 4)
         v.diagnostics["build"] = {"cached": build.cached, "command": " ".join([pie.CXX, *self.program.cxxflags])}
         weak = [r for w in self.workloads for r in w.weak]
@@ -282,9 +303,9 @@ class ProgramOracle:
         decide(v, stats.speedup([([r], [c]) for r, c in zip(*per)]), self.config.min_speedup, device="cpu", timer="instructions")
 
 
-def rerun_test_cases(program: ProgramTarget, root: Path, text: str) -> tuple[bool, str]:
+def rerun_test_cases(program: ProgramTarget, root: Path, text: str, sandbox: str = "auto") -> tuple[bool, str]:
     """The verification of a program target's best rewrite: see ``ProgramOracle.rerun_test_cases``."""
-    return ProgramOracle(program, program_config(program, 1.0), root).rerun_test_cases(text)
+    return ProgramOracle(program, program_config(program, 1.0, sandbox), root).rerun_test_cases(text)
 
 
 def _status(failure: str) -> str:
