@@ -396,3 +396,18 @@ def test_program_runs_are_sandboxed_when_a_kind_is_named(tmp_path: Path) -> None
     with ProgramOracle(p, program_config(p, 1.05), root) as oracle:
         (default,) = oracle.check([candidate(root, "fast", FAST)])
     assert default.sandbox.startswith("none (not enforced: program runs are not sandboxed")
+
+
+@pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")
+def test_maxcode_check_json_names_the_sandbox_and_hides_the_callers_secrets(project: Path) -> None:
+    from conftest import run_maxcode
+
+    canary = f"canary-{uuid.uuid4().hex}"
+    scan = _write(project, "environ_scan.cpp", ENVIRON_SCAN, canary=canary, canary_len=len(canary))
+    r = run_maxcode(["check", "ref.py", "good.cpp", str(scan.relative_to(project)), "--json", "--time-budget", "0.1"],
+                    cwd=project, env={"MAXCODE_CANARY_TOKEN": canary})
+    assert r.returncode == 0, r.stderr
+    good, probe = r.verdicts
+    assert good["sandbox"] == probe["sandbox"] == resolve("auto").describe()
+    assert probe["status"] in ("faster", "not_faster"), probe["reasons"]  # the maxcode process's secret stayed out of reach
+    assert ("maxcode: warning:" in r.stderr) == resolve("auto").weak
