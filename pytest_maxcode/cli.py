@@ -485,8 +485,10 @@ def cmd_show(ns: argparse.Namespace) -> int:
         totals = store.llm_totals(run_id=run, target_id=target)
         top = best_node(nodes)
         best = f"{top['speedup']:.2f}x (#{top['id']})" if top is not None and top["speedup"] is not None else "none correct"
+        info = store.run(run) if run is not None else None
+        ended = f" (run {run} {info['status']})" if info and info.get("status") in ("interrupted", "killed", "running") else ""
         console.print(Text(
-            f"{len(nodes)} node(s), best {best}, cost ${totals['cost_usd']:.4f}, {int(totals['tokens'])} tokens, "
+            f"{len(nodes)} node(s){ended}, best {best}, cost ${totals['cost_usd']:.4f}, {int(totals['tokens'])} tokens, "
             f"{int(totals['calls'])} LLM call(s) ({int(totals['api_calls'])} to the API)"
         ))
     return 0

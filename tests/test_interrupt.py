@@ -132,6 +132,9 @@ def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.
                           capture_output=True, text=True)
     assert show.returncode == 0, show.stderr
     assert len(json.loads(show.stdout)) >= stored
+    tree = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "show", "mylib.slow"], cwd=pytester.path,
+                          capture_output=True, text=True)
+    assert tree.returncode == 0 and "(run 1 interrupted)" in tree.stdout, tree.stdout + tree.stderr
 
     again = subprocess.run(cmd + ["--maxcode-json=again.json"], cwd=pytester.path, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
