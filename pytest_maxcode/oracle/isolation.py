@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -271,15 +272,20 @@ class Cgroups:
     def cleanup(self) -> None:
         self.kill_all()
         for folder in self.folders.values():
-            _rmdir(folder)
+            # the killed processes leave the folder a moment later (a PID namespace dies in turn)
+            for _ in range(200):
+                if _rmdir(folder) or not folder.exists():
+                    break
+                time.sleep(0.01)
         self.folders.clear()
 
 
-def _rmdir(folder: Path) -> None:
+def _rmdir(folder: Path) -> bool:
     try:
         folder.rmdir()
+        return True
     except OSError:
-        pass
+        return False
 
 
 def rlimit_commands(limits: Limits, have_memory_cgroup: bool) -> list[str]:
