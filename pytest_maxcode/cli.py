@@ -515,6 +515,7 @@ def _config(ns: argparse.Namespace):
         nvccflags=shlex.split(ns.nvccflags) if ns.nvccflags is not None else None,
         jobs=ns.jobs,
         inplace=ns.inplace,
+        sandbox=ns.sandbox or "auto",
     )
 
 

@@ -85,6 +85,7 @@ PYTEST = frozenset({"pytest"})
 BOTH = frozenset({"check", "pytest"})
 
 OPTIONS: tuple[Option, ...] = (
+    Option("sandbox", "the OS sandbox every process that runs candidate code (workers, compilers, programs) runs in: auto (the strongest available: bwrap, else unshare, else none with a warning), bwrap, unshare, or none (no isolation; flagged in every verdict, report and pull request) (default auto)", choices=("auto", "bwrap", "unshare", "none"), default=None, scopes=BOTH),
     Option("device", "where candidates run: cpu or cuda (default: cuda for .cu candidates when a GPU is present, else cpu)", choices=("cpu", "cuda"), scopes=BOTH),
     Option("atol", "absolute tolerance (default by dtype: fp32 1e-4, fp16/bf16 1e-2, integers exact)", type=non_negative_float, metavar="F"),
     Option("rtol", "relative tolerance (default by dtype, as --atol)", type=non_negative_float, metavar="F"),
@@ -151,6 +152,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "remeasure": False,
     "min_speedup": 1.05,
     "device": None,
+    "sandbox": "auto",
     "torch_compile": True,  # the built-in policy's torch.compile variants ([tool.maxcode] only)
     "llm": None,
     "record": None,

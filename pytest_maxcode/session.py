@@ -430,7 +430,7 @@ class MaxcodeSession:
         best = entry["best"]
         text = (self.root / best["source_path"]).read_text()
         self._say(f"{program.id}: re-running its test cases with {Path(best['source_path']).name}")
-        passed, summary = rerun_test_cases(program, self.root, text)
+        passed, summary = rerun_test_cases(program, self.root, text, self.settings["sandbox"])
         tests: dict[str, Any] = {"rerun": entry["tests"]["rerun"], "passed": passed, "summary": summary}
         reason = entry["reason"]
         if not passed:

@@ -174,7 +174,8 @@ def search_target(
     reference_norm = normalized_source_in_file(target.source_file, target.qualname) or ""
     min_speedup = target.min_speedup or settings["min_speedup"]
     device = settings["device"] or ("cuda" if target.lang == "cuda" else "cpu")
-    config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup, inplace=target.inplace)
+    config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup, inplace=target.inplace,
+                         sandbox=settings["sandbox"])
     if reference is None:  # a marked target; a KernelBench problem brings its own (get_init_inputs, get_inputs)
         instance = captured[0].parent / "module.pt" if target.kind == "module" else None
         reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
@@ -232,7 +233,7 @@ def search_program(
 
     start = time.monotonic()
     target = program_info(program, root)
-    config = program_config(program, target.min_speedup or settings["min_speedup"])
+    config = program_config(program, target.min_speedup or settings["min_speedup"], settings["sandbox"])
     oracle = ProgramOracle(program, config, root, store=ctx.store, run_id=ctx.run_id, progress=ctx.progress)
     workloads: list[dict[str, Any]] = []
     policy_name, _ = search_names(settings, has_llm=ctx.llm is not None)

@@ -162,7 +162,10 @@ class NativeDispatcher:
                 from ..oracle.remote._maxcode_abi import NativeKernel
 
                 src = build.Source(self.root / self.entry.kernel, self.entry.lang)
-                result = build.build_all([src], self.root / ".maxcode" / "build")[0]
+                from ..oracle.isolation import resolve
+
+                # the compiler reads the kernel's source: it runs sandboxed like the oracle's
+                result = build.build_all([src], self.root / ".maxcode" / "build", isolation=resolve("auto"))[0]
                 if not result.ok:
                     first = (result.errors or ["the build failed"])[0].splitlines()[0]
                     raise RuntimeError(f"the kernel does not build: {first}"[:300])
