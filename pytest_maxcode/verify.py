@@ -89,8 +89,13 @@ def run_tests_with_file(root: Path, path: Path, text: str, nodeids: list[str], t
         return run_tests(copy, nodeids, {}, target_id)
 
 
-def candidate_env(target_id: str, kernel: Path, lang: str, device: str, outputs: dict[str, Any]) -> dict[str, str]:
-    return {"MAXCODE_CANDIDATES": json.dumps({target_id: {"kernel": str(kernel), "lang": lang, "device": device, "outputs": outputs}})}
+def candidate_env(target_id: str, kernel: Path, lang: str, device: str, outputs: dict[str, Any],
+                  returns: str | None = None) -> dict[str, str]:
+    """What a re-run test process needs to force the candidate: an in-place kernel's ``returns`` too."""
+    spec = {"kernel": str(kernel), "lang": lang, "device": device, "outputs": outputs}
+    if returns:
+        spec["returns"] = returns
+    return {"MAXCODE_CANDIDATES": json.dumps({target_id: spec})}
 
 
 def verify(
@@ -102,9 +107,10 @@ def verify(
     lang: str,
     device: str,
     outputs: dict[str, Any],
+    returns: str | None = None,
 ) -> dict[str, Any]:
     """The ``tests`` and ``benchmarks`` parts of a target's report."""
-    env = candidate_env(target_id, kernel, lang, device, outputs)
+    env = candidate_env(target_id, kernel, lang, device, outputs, returns)
     plain = [n for n in callers if n not in benchmark_callers]
     tests: dict[str, Any] = {"rerun": callers, "passed": None, "summary": "", "kernel_calls": 0}
     if plain:

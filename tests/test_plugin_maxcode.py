@@ -225,8 +225,6 @@ def test_inplace_target_is_searched_and_records_its_return(applied) -> None:
     assert t["returns"] == "arg0"
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: verification's forced candidate (session._verify -> verify.candidate_env "
-                   "-> dispatch.install_forced) drops the target's `returns`, so the in-place kernel returns None")
 def test_inplace_target_is_verified_and_locked_with_its_return(applied) -> None:
     path, _ = applied
     t = target(path, "mylib.scale_")

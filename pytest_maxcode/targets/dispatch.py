@@ -106,7 +106,7 @@ def install_forced(handle: TargetHandle, spec: dict[str, Any]) -> None:
     entry = LockEntry(
         target=handle.id, reference_hash="", kernel=str(kernel), kernel_hash="", lang=spec["lang"],
         device=spec.get("device", "cpu"), arch="", speedup=0.0, speedup_ci=[0.0, 0.0], date="", tool_version="",
-        extra={"outputs": spec.get("outputs", {})},
+        extra={"outputs": spec.get("outputs", {}), **({"returns": spec["returns"]} if spec.get("returns") else {})},
     )
     # the project's build cache (the search already built this exact source there)
     root = Path.cwd()
