@@ -469,7 +469,7 @@ class MaxcodeSession:
         self._say(f"{cap.handle.id}: re-running {len(cap.callers)} test(s) with {Path(best['source_path']).name}")
         checked = verify(
             self.root, cap.handle.id, cap.callers, cap.benchmark_callers, self.root / best["source_path"],
-            best["lang"], entry["device"], entry["outputs"],
+            best["lang"], entry["device"], entry["outputs"], entry.get("returns"),
         )
         verified = bool(checked["tests"]["passed"]) and not entry["weak_check"]
         status = "verified" if verified else "not_verified"
@@ -508,28 +508,28 @@ def _machine(device: str) -> dict[str, Any]:
 def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Any = None) -> dict[str, Any]:
     """The report entry for one searched target (verification fills in the rest)."""
     from .oracle.build import cuda_arch
-    from .report.tree import curves_by_strategy
+    from .report.tree import best_so_far_curve, curves_by_strategy
 
     state = result.state
     entry = _skipped(target_id, "", rerun)
     failed: dict[str, int] = {}
     trajectory = []
-    best_so_far: float | None = None
     for node in state.trajectory:
         p, v = node.proposal, node.verdict
-        if v.status == "faster" and v.speedup is not None:  # a node that is not faster is never "best"
-            best_so_far = max(best_so_far or 0.0, v.speedup)
         if not (v.correct and v.speedup is not None):
             failed[v.status] = failed.get(v.status, 0) + 1
         trajectory.append({
             "index": node.index + 1, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
-            "candidate_s": v.candidate_s,
-            "best_so_far": best_so_far, "params": p.params, "reasons": (v.reasons or [p.error or ""])[:2],
+            "candidate_s": v.candidate_s, "speedup_ci": v.speedup_ci, "undecided": bool(v.diagnostics.get("undecided")),
+            "sandbox": v.sandbox, "params": p.params, "reasons": (v.reasons or [p.error or ""])[:2],
             "resumed": bool(v.diagnostics.get("resumed")),
             "node": node.id, "parent": node.parent.index + 1 if node.parent is not None else None,
             "depth": node.depth, "step": node.step, "reward": node.reward, "strategy": result.strategy,
             "critique": node.critique, "critique_flags": list(node.critique_flags),
         })
+    # the report's one rule for "best" (a faster node, lowest own time), so the curve ends on the quoted number
+    for row, (_, best) in zip(trajectory, best_so_far_curve(trajectory)):
+        row["best_so_far"] = best
     entry["search"] = {
         "strategy": result.strategy, "policy": result.policy, "llm": result.llm, "observation": result.observation,
         "critic": result.critic, "stop_reason": result.stop_reason, "llm_calls": result.llm_calls, "tokens": result.tokens,
@@ -537,6 +537,8 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
         "curves": curves_by_strategy(store.nodes(result.target.id)) if store is not None else {},
     }
     correct = [n.verdict for n in state.trajectory if n.verdict.correct]
+    # the sandbox the candidates ran in (one oracle per target, so one value); a weak one is flagged everywhere
+    entry["sandbox"] = next((n.verdict.sandbox for n in state.trajectory if n.verdict.sandbox), "")
     entry.update(
         elapsed_s=round(result.elapsed_s, 3),
         trajectory=trajectory,

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..apply import is_program
-from ..report._format import fmt_time
+from ..report._format import fmt_time, sandbox_weak
+from ..report._markdown import md_escape
 
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
 FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}
@@ -78,6 +79,9 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
         out.append(f"| `{w['signature']}` ({w['n_sets']} input sets) | {fmt_time(w.get('reference_s'))} | {fmt_time(w.get('candidate_s'))} | "
                    f"{w['speedup']:.3g}x{_ci(w.get('speedup_ci'))} |")
     out += ["", f"Verdict: {t.get('reason', '')}"]
+    if sandbox_weak(t.get("sandbox")):
+        out += ["", f"> [!WARNING]\n> The candidates were checked without a full OS sandbox: {md_escape(str(t.get('sandbox')))}. "
+                "Candidate code could reach the timer, the network and this user's files; re-check with bubblewrap installed."]
     benchmarks = t.get("benchmarks") or []
     if benchmarks:
         runs = max((int(b.get("runs") or 1) for b in benchmarks), default=1)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .._files import write_atomic
-from ._format import SUMMARY_COLUMNS, finite, fmt_cost, fmt_counts, fmt_time, machine_line, noise_line, options_line, search_brief, summary_row
+from ._format import SUMMARY_COLUMNS, finite, fmt_cost, fmt_counts, fmt_time, machine_line, options_line, search_brief, summary_row, warning_lines
 from ._html import render_html
 from ._markdown import render_markdown
 
@@ -196,6 +196,5 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
             if brief:
                 line.append(f" ({brief})", style="dim")
             console.print(line)
-    noisy = noise_line(report)
-    if noisy:
-        console.print(Text(noisy, style="bold yellow"))
+    for warning in warning_lines(report):
+        console.print(Text(warning, style="bold yellow"))

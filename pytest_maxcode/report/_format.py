@@ -257,3 +257,26 @@ def noise_line(report: Mapping[str, Any]) -> str:
         f"too noisy to decide: {len(noisy)} target(s) measured intervals too wide to call (e.g. {t.get('id', '?')} {example}); "
         "run again on a quieter machine (undecided verdicts are timed again, not reused)"
     )
+
+
+def sandbox_weak(description: str | None) -> bool:
+    """A verdict's sandbox that left something unenforced ("none", or a fallback that says what)."""
+    text = description or ""
+    return text.startswith("none") or "not enforced" in text
+
+
+def sandbox_line(report: Mapping[str, Any]) -> str:
+    """One line when a target's candidates ran without a full OS sandbox, else ''."""
+    weak = [t for t in report.get("targets") or [] if isinstance(t, Mapping) and sandbox_weak(t.get("sandbox"))]
+    if not weak:
+        return ""
+    t = weak[0]
+    return (
+        f"not fully sandboxed: {len(weak)} target(s) ran candidate code under {t.get('sandbox')} (e.g. {t.get('id', '?')}); "
+        "install bubblewrap and use --maxcode-sandbox=auto"
+    )
+
+
+def warning_lines(report: Mapping[str, Any]) -> list[str]:
+    """What every rendering of a report says before the details: noise and sandbox warnings."""
+    return [line for line in (sandbox_line(report), noise_line(report)) if line]

@@ -529,9 +529,7 @@ def render_html(report: Mapping[str, Any]) -> str:
                 classes=[str(t.get("status", "")) for t in targets],
             )
         )
-        noisy = f.noise_line(report)
-        if noisy:
-            body.append(f'<p class="no_speedup">{esc(noisy)}</p>')
+        body += [f'<p class="no_speedup">{esc(warning)}</p>' for warning in f.warning_lines(report)]
         body += [_target_section(t, min_speedup, f"target-{i}") for i, t in enumerate(targets)]
     else:
         body.append("<p>No targets were optimized.</p>")

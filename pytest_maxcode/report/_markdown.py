@@ -104,9 +104,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         return "\n".join(out)
     out += _table(f.SUMMARY_COLUMNS, (f.summary_row(t) for t in targets))
     out.append("")
-    noisy = f.noise_line(report)
-    if noisy:
-        out += [f"**{md_escape(noisy)}**", ""]
+    for warning in f.warning_lines(report):
+        out += [f"**{md_escape(warning)}**", ""]
     for t in targets:
         out += _target_section(t)
     return "\n".join(out).rstrip("\n") + "\n"
