@@ -325,27 +325,9 @@ class MaxcodeSession:
         return previous
 
     def _abort_requests(self) -> None:
-        """Shut the sockets of the models' HTTP connections, then close the clients: a request
-        in flight fails at once instead of running on for up to --maxcode-llm-timeout (closing
-        the client alone leaves a blocked read waiting), and no retry opens a new connection."""
-        import socket
-
+        """A model request in flight fails at once instead of running on for --maxcode-llm-timeout."""
         for service in self._services():
-            client = getattr(service, "client", None)
-            for inner in (getattr(client, "inner", None), client):
-                http = getattr(getattr(inner, "_client", None), "_client", None)  # the SDK's httpx client
-                if http is None:
-                    continue
-                pool = getattr(getattr(http, "_transport", None), "_pool", None)
-                for conn in list(getattr(pool, "_connections", None) or []):
-                    try:
-                        conn._connection._network_stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
-                    except Exception:  # another transport, a connection already closed
-                        pass
-                try:  # closed, the client refuses the SDK's retry (which waits a backoff first)
-                    http.close()
-                except Exception:  # best effort: the run ends either way
-                    pass
+            service.abort()
 
     def _keep_cut_batch(self, store: Any, run_id: int) -> None:
         """The evaluations of the batch Ctrl-C cut short become nodes (without a parent), so

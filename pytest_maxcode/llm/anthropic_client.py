@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ..errors import MaxcodeError
-from .base import LLMRequest, LLMResponse, is_scripted_model
+from .base import LLMRequest, LLMResponse, abort_sdk_client, is_scripted_model
 from .errors import map_sdk_error
 
 MIN_THINKING_BUDGET = 1024  # the API's floor for budget_tokens
@@ -132,3 +132,7 @@ class AnthropicClient:
 
     def close(self) -> None:
         self._client.close()
+
+    def abort(self) -> None:
+        """Ctrl-C: requests in flight fail now, not after --maxcode-llm-timeout."""
+        abort_sdk_client(self._client)

@@ -97,6 +97,31 @@ class LLMClient(Protocol):
     def describe(self) -> str: ...
 
 
+def abort_sdk_client(sdk: Any) -> None:
+    """Fail the requests an Anthropic or OpenAI SDK client has in flight, at once.
+
+    Closing the client alone leaves a blocked read waiting for up to the request timeout;
+    shutting the sockets of its pooled connections ends those reads, and the closed client
+    then refuses the SDK's retry. The SDKs offer no cancellation, so this reaches through
+    their httpx client to httpcore's pool (``connections`` is public there; the stream's
+    ``get_extra_info("socket")`` is too). Best effort: a transport without them is skipped.
+    """
+    import socket
+
+    http = getattr(sdk, "_client", None)  # the SDK's httpx.Client
+    pool = getattr(getattr(http, "_transport", None), "_pool", None)
+    for conn in list(getattr(pool, "connections", None) or []):
+        stream = getattr(getattr(conn, "_connection", None), "_network_stream", None)
+        try:
+            stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+        except Exception:  # another transport, a connection already closed
+            pass
+    try:
+        sdk.close()
+    except Exception:  # best effort: the caller is ending the run either way
+        pass
+
+
 def is_scripted_model(model: str) -> bool:
     """Our fake servers name their model ``scripted-...``: such replies are not a real model's."""
     return model.lower().startswith("scripted")

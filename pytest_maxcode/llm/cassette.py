@@ -120,6 +120,11 @@ class RecordingClient:
             self.lines += 1
             self.scripted = self.scripted or line["response"]["scripted"]
 
+    def abort(self) -> None:
+        abort = getattr(self.inner, "abort", None)
+        if abort is not None:
+            abort()
+
     def close(self) -> None:
         """Flush, and settle the header's ``scripted`` (an atomic rewrite of the file)."""
         with self._lock:

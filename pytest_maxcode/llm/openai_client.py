@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from .._extras import require
 from ..errors import MaxcodeError
-from .base import LLMRequest, LLMResponse, is_scripted_model
+from .base import LLMRequest, LLMResponse, abort_sdk_client, is_scripted_model
 from .errors import map_sdk_error
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -116,3 +116,7 @@ class OpenAIClient:
 
     def close(self) -> None:
         self._client.close()
+
+    def abort(self) -> None:
+        """Ctrl-C: requests in flight fail now, not after --maxcode-llm-timeout."""
+        abort_sdk_client(self._client)

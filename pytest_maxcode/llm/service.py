@@ -146,6 +146,12 @@ class LLMService:
         with self._lock:
             return self._totals["scripted_calls"] > 0
 
+    def abort(self) -> None:
+        """Fail the model's requests in flight now (Ctrl-C); ``close`` still runs afterwards."""
+        abort = getattr(self.client, "abort", None)
+        if abort is not None:
+            abort()
+
     def close(self) -> None:
         """Finish the cassette, close the client. Per-thread store connections close here when
         this thread owns them, otherwise when their threads end."""
