@@ -72,9 +72,14 @@ class LLMPolicy:
             request = build_request(self.ctx, state, ask.parent, mode, parts, sample, ask.permitted)
             jobs.append((ask, mode, request))
         t0 = time.monotonic()
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs)))
+        try:
             futures = [pool.submit(self._ask, request) for _, _, request in jobs]
             replies = [f.result() for f in futures]
+        except BaseException:  # Ctrl-C: do not wait for the requests still in flight (a with-block would)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         self.wait_s += time.monotonic() - t0
         out = []
         for (ask, mode, request), resp in zip(jobs, replies):
