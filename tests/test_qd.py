@@ -134,7 +134,7 @@ def test_a_bad_schedule_in_pyproject_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_staged_qd_search_through_the_model(chain_root: Path, tmp_path: Path, fake_openai: Any) -> None:
-    """Stage 1 permits loop-level changes only: the model's OpenMP kernel is turned away
+    """Stage 1 permits loop-level changes only: the model's vectorized kernel is turned away
     unevaluated, the plain one is run; stage 2 permits anything and the fast kernel wins."""
     replies = itertools.cycle([code_reply(GOOD), code_reply(SLOW)])
     fake_openai.respond_with(lambda body: next(replies))
@@ -150,5 +150,5 @@ def test_a_staged_qd_search_through_the_model(chain_root: Path, tmp_path: Path, 
     step0 = [n for n in nodes if n["step"] == 0]
     assert sorted(n["status"] for n in step0) == ["format", "not_faster"]
     turned_away = next(n for n in step0 if n["status"] == "format")
-    assert turned_away["reasons"][0].startswith("uses threads, vectorized, not permitted in stage 1")
+    assert turned_away["reasons"][0].startswith("uses vectorized, not permitted in stage 1 (permitted: loop)")
     assert result.state.best.verdict.status == "faster" and result.state.best.step == 1
