@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -162,6 +163,16 @@ def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], re
     if str(job_dir) != "/":
         argv += ["--chdir", str(job_dir)]
     return argv + ["--"]
+
+
+def _runtime_paths() -> list[Path]:
+    """What any sandboxed command of ours needs to read even where it lives under ``/tmp``: the
+    Python running us (a virtualenv in ``/tmp`` is common in CI), this package (its headers and
+    the worker), the import path, and the executables on PATH (ninja, the compilers)."""
+    paths = [Path(sys.prefix), Path(sys.exec_prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[2]]
+    paths += [Path(p) for p in sys.path if p]
+    paths += [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    return paths
 
 
 def _hidden_by_tmpfs(paths: Sequence[Path]) -> list[Path]:
@@ -329,6 +340,7 @@ def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Li
     """
     cgroups = Cgroups.make(limits) if isolation.kind != "none" and use_cgroups else Cgroups()
     setup = cgroups.join_commands() + rlimit_commands(limits, "memory" in cgroups.folders)
+    readable = [*readable, *_runtime_paths(), *([Path(argv[0]).parent] if argv and os.path.isabs(argv[0]) else [])]
     inner = _namespace_argv(isolation.kind, job_dir, extra_writable, readable, devices, mounts) + list(argv)
     if isolation.kind == "none":
         setup.append(f"cd '{job_dir}'")
