@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .github import error
+from .github import error, pygithub
 
 DEFAULT_MARKER = "maxcode:regressions"
 
@@ -23,9 +23,7 @@ class Posted:
 
 
 def upsert_comment(gh: Any, repo_name: str, number: int, body: str, *, marker: str = DEFAULT_MARKER, token: str = "") -> Posted:
-    from .github import _github
-
-    github = _github()
+    github = pygithub()
     tag = marker_line(marker)
     text = f"{tag}\n{body}"
     try:

@@ -35,13 +35,13 @@ def scrub(text: str, *secrets: str) -> str:
     return re.sub(r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})\b", "***", text)
 
 
-def _github() -> Any:
+def pygithub() -> Any:
     return require("github", "talking to GitHub (maxcode pr, maxcode comment)")
 
 
 def client(api_url: str | None = None) -> tuple[Any, str]:
     """A PyGithub client and the token it uses (so messages can be scrubbed of it)."""
-    github = _github()
+    github = pygithub()
 
     token = token_from_env()
     url = (api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API).rstrip("/")
@@ -55,7 +55,7 @@ def client(api_url: str | None = None) -> tuple[Any, str]:
 
 def error(e: BaseException, doing: str, token: str = "") -> MaxcodeError:
     """One line for a failed API call: what was being done, the status, GitHub's message."""
-    github = _github()
+    github = pygithub()
 
     if isinstance(e, github.BadCredentialsException):
         why = "the token was rejected (401): check GITHUB_TOKEN"

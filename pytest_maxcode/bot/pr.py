@@ -22,7 +22,7 @@ from ..errors import MaxcodeError
 from ..targets.accept import EXTENSIONS
 from ..targets.lock import KERNELS_DIR
 from . import pr_body
-from .github import error
+from .github import error, pygithub
 
 BRANCH_PREFIX = "maxcode/optimize-"
 DEFAULT_AUTHOR = "maxcode-bot <maxcode-bot@users.noreply.github.com>"
@@ -43,10 +43,6 @@ class Outcome:
 
 def _gitpython() -> Any:
     return require("git", "maxcode pr")
-
-
-def _github() -> Any:
-    return require("github", "maxcode pr")
 
 
 def branch_for(target_id: str) -> str:
@@ -146,7 +142,7 @@ class Bot:
             from .github import client
 
             self.gh, self.token = client(self.api_url)
-        github = _github()
+        github = pygithub()
 
         try:
             repo = self.gh.get_repo(self.repo_name)
@@ -159,7 +155,7 @@ class Bot:
     def run(self) -> list[Outcome]:
         _gitpython()  # the bot's extra is checked before any target, so a CI job learns it on its first run
         if not self.dry_run:
-            _github()
+            pygithub()
         targets = self.report.get("targets") or []
         todo = [(t, why_not(t)) for t in targets]
         outcomes = [Outcome(t.get("id", "?"), "skipped", why) for t, why in todo if why]
@@ -178,7 +174,7 @@ class Bot:
         return outcomes
 
     def _one(self, repo: Any, owner: str, t: dict[str, Any]) -> Outcome:
-        github = _github()
+        github = pygithub()
 
         from ..apply import is_program, written_paths
 
