@@ -1,8 +1,16 @@
 """Building native candidates: g++ / nvcc through one ninja file, cached by content hash.
 
 The cache key covers the source, the flags, the compiler's version and the ABI header,
-so a hit is always the same binary. Outputs are written under a temporary name and
-renamed, so an interrupted build never leaves a half-written library in the cache.
+so a hit is always the same binary. Outputs are written under a private name and adopted
+by this (trusted) process only once complete, so an interrupted build never leaves a
+half-written library in the cache.
+
+Libraries are content-addressed: the trusted side hashes each one as it adopts it, names
+it ``lib-<sha256>.so`` and records the hash in ``<key>.json`` beside (not inside) the
+build folder, which is the only place the compiler's sandbox can write. A cached library
+is used only while it still hashes to that record, and :func:`verified_library` checks
+again right before every load: a library overwritten since (by an unsandboxed candidate,
+say) is rebuilt or refused, never loaded.
 """
 
 from __future__ import annotations
@@ -17,9 +25,12 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
+
+from ..errors import MaxcodeError
 
 if TYPE_CHECKING:
     from .isolation import Isolation
@@ -54,6 +65,84 @@ class BuildResult:
     command: list[str] = field(default_factory=list)
     log: str = ""
     errors: list[str] = field(default_factory=list)
+    #: the library's sha256 as this process built or adopted it ('' without a library)
+    sha256: str = ""
+    #: why a cached library was discarded and rebuilt ('' when it was not)
+    integrity: str = ""
+
+
+class IntegrityError(MaxcodeError):
+    """A built library no longer hashes to what the trusted side recorded: it is never loaded."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: {reason}; it is not loaded (build it again: delete {path.parent})")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_artifact(path: Path, sha256: str) -> Path:
+    """``path`` if it still hashes to ``sha256``; else :class:`IntegrityError` (one line, with the reason)."""
+    if not sha256:
+        raise IntegrityError(path, "no hash was recorded for this library")
+    if path.is_symlink():
+        raise IntegrityError(path, "is a symbolic link, not the library that was built")
+    try:
+        actual = file_sha256(path)
+    except OSError as e:
+        raise IntegrityError(path, f"cannot be read ({e.strerror or e})") from None
+    if actual != sha256:
+        raise IntegrityError(path, f"changed since it was built (sha256 {actual[:16]}, recorded {sha256[:16]})")
+    return path
+
+
+def verified_library(result: BuildResult) -> Path:
+    """The library of a successful build, checked against the hash recorded when it was built.
+
+    Call it right before the library is loaded (or handed to a worker that loads it).
+    """
+    if not result.ok or result.library is None:
+        raise IntegrityError(Path(result.key or "?"), "the build has no library")
+    return verify_artifact(result.library, result.sha256)
+
+
+@dataclass
+class BuildRecord:
+    """What the trusted side wrote when it adopted a build: the library's hash, and how it was built."""
+
+    sha256: str
+    compile_s: float
+    command: list[str]
+
+    @property
+    def library_name(self) -> str:
+        return f"lib-{self.sha256}.so"
+
+
+def record_path(root: Path, key: str) -> Path:
+    """The trusted record of build ``key``: next to its build folder, outside the compiler's reach."""
+    return root / key[:2] / f"{key}.json"
+
+
+def read_record(root: Path, key: str) -> BuildRecord | None:
+    try:
+        raw = json.loads(record_path(root, key).read_text())
+        rec = BuildRecord(str(raw["sha256"]), float(raw.get("compile_s", 0.0)), [str(c) for c in raw.get("command", [])])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rec if re.fullmatch(r"[0-9a-f]{64}", rec.sha256) else None
+
+
+def _write_record(root: Path, key: str, rec: BuildRecord) -> None:
+    from .._files import write_atomic
+
+    write_atomic(record_path(root, key), json.dumps({"sha256": rec.sha256, "compile_s": rec.compile_s, "command": rec.command}))
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,12 +227,14 @@ def build_all(
     timeout: float = 300.0,
     jobs: int | None = None,
     isolation: Isolation | None = None,
+    force: bool = False,
 ) -> list[BuildResult]:
     """Build every source, in parallel, reusing cached libraries; one result per source.
 
     With ``isolation`` the compilers run in that sandbox, where only the folders of this
     batch are writable: a candidate's ``#include`` cannot reach the user's credentials,
-    nor its build anything outside its own folder.
+    nor its build anything outside its own folder (the trusted records are outside them).
+    A cached library is reused only while it hashes to its record; ``force`` rebuilds anyway.
     """
     root = cache_dir / "native"
     root.mkdir(parents=True, exist_ok=True)
@@ -154,20 +245,31 @@ def build_all(
         flags = flags_for(src.lang, cxxflags, nvccflags)
         key = cache_key(src, exe, flags)
         d = root / key[:2] / key
-        lib = d / "candidate.so"
         ext = ".cu" if src.lang == "cuda" else ".cpp"
         src_path = d / f"candidate{ext}"
-        command = [exe, *flags, f"-I{INCLUDE_DIR}", str(src_path), "-o", str(lib)]
+        # the compiler writes a private name; this process adopts it as lib-<sha256>.so
+        out = d / f"build-{os.getpid()}-{uuid.uuid4().hex[:12]}.so"
+        command = [exe, *flags, f"-I{INCLUDE_DIR}", str(src_path), "-o", str(out)]
         res = BuildResult(src, False, None, 0.0, False, key, command)
         results.append(res)
-        meta = d / "build.json"
-        if lib.exists() and meta.exists():
-            info = json.loads(meta.read_text())
-            res.ok, res.library, res.cached, res.compile_s = True, lib, True, float(info.get("compile_s", 0.0))
-            continue
         if key in todo:
             continue
+        rec = read_record(root, key)
+        if rec is not None and not force:
+            lib = d / rec.library_name
+            try:
+                verify_artifact(lib, rec.sha256)
+            except IntegrityError as e:
+                res.integrity = f"the cached library was discarded and rebuilt: {e.reason}"
+            else:
+                res.ok, res.library, res.cached, res.sha256 = True, lib, True, rec.sha256
+                res.compile_s, res.command = rec.compile_s, rec.command or command
+                continue
+        if d.is_symlink() or (d.exists() and not d.is_dir()):
+            d.unlink()  # a folder swapped for a link would let the compiler write elsewhere
         d.mkdir(parents=True, exist_ok=True)
+        if rec is not None:
+            (d / rec.library_name).unlink(missing_ok=True)
         src_path.write_text(src.text)
         todo[key] = (res, command, d)
     if todo:
@@ -176,6 +278,7 @@ def build_all(
         first = todo[r.key][0] if r.key in todo else r
         if r is not first:
             r.ok, r.library, r.compile_s, r.log, r.errors = first.ok, first.library, first.compile_s, first.log, first.errors
+            r.sha256, r.integrity, r.command = first.sha256, first.integrity, first.command
     return results
 
 
@@ -184,18 +287,17 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
     with tempfile.TemporaryDirectory(dir=root, prefix="batch-") as tmp:
         lines = [
             "rule build",
-            # the library appears under its final name only once it is complete
-            f"  command = timeout -k 2 {int(timeout)} $cmd > $log 2>&1 && mv -f $tmpout $out",
+            # the output appears under its name only once the compiler exited cleanly
+            f"  command = timeout -k 2 {int(timeout)} $cmd > $log 2>&1 && mv -f $part $out",
             "  description = build $out",
             "",
         ]
         for _res, command, d in todo.values():
-            lib = d / "candidate.so"
-            tmp_lib = d / f"candidate.so.tmp{os.getpid()}"
-            cmd = command[:-1] + [str(tmp_lib)]
-            lines.append(f"build {_esc(str(lib))}: build")
+            out = command[-1]
+            cmd = command[:-1] + [out + ".part"]
+            lines.append(f"build {_esc(out)}: build")
             lines.append(f"  cmd = {' '.join(shlex.quote(c) for c in cmd)}")
-            lines.append(f"  tmpout = {shlex.quote(str(tmp_lib))}")
+            lines.append(f"  part = {shlex.quote(out + '.part')}")
             lines.append(f"  log = {shlex.quote(str(d / 'build.log'))}")
             lines.append("")
         ninja_file = Path(tmp) / "build.ninja"
@@ -208,16 +310,20 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
         wall = time.monotonic() - start
         durations = _ninja_durations(Path(tmp) / ".ninja_log")
     for res, command, d in todo.values():
-        lib = d / "candidate.so"
+        out = Path(command[-1])
         log_path = d / "build.log"
         res.log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        res.compile_s = durations.get(str(lib), wall)
-        for stale in d.glob("candidate.so.tmp*"):
-            stale.unlink(missing_ok=True)
-        if lib.exists():
-            res.ok, res.library = True, lib
-            (d / "build.json").write_text(json.dumps({"compile_s": res.compile_s, "command": command}))
+        res.compile_s = durations.get(str(out), wall)
+        Path(str(out) + ".part").unlink(missing_ok=True)
+        if out.is_file() and not out.is_symlink():
+            sha = file_sha256(out)
+            lib = d / f"lib-{sha}.so"
+            os.replace(out, lib)
+            res.command = command[:-1] + [str(lib)]
+            _write_record(root, res.key, BuildRecord(sha, res.compile_s, res.command))
+            res.ok, res.library, res.sha256 = True, lib, sha
         else:
+            out.unlink(missing_ok=True)
             shown = res.source.path.name
             if not res.log.strip():
                 res.log = f"the build did not finish within {int(timeout)} s" if res.compile_s >= timeout else "the build failed"
