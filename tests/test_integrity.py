@@ -101,3 +101,90 @@ def test_a_build_folder_swapped_for_a_link_is_replaced(tmp_path: Path) -> None:
     again = build.build_all([src], tmp_path / "cache")[0]
     assert again.ok and not again.cached
     assert not d.is_symlink() and list(elsewhere.iterdir()) == []
+
+
+# -- the runtime dispatcher ---------------------------------------------------------------
+
+from test_dispatch import KERNEL as CHAIN_KERNEL  # noqa: E402
+from test_dispatch import WARN_USE, _state, proj  # noqa: E402,F401  (the accepted-kernel project fixture)
+
+FORGED = CHAIN_KERNEL.replace("++maxcode_test_calls;", "maxcode_test_calls += 1000;")
+
+
+def _cached(project: Path) -> tuple[Path, Path]:
+    """The project's one cached library and its trusted record."""
+    (lib,) = (project / ".maxcode" / "build" / "native").glob("*/*/lib-*.so")
+    return lib, lib.parent.with_suffix(".json")
+
+
+def _forged_bytes(tmp_path: Path) -> bytes:
+    r = build.build_all([_src(tmp_path, FORGED, "forged.cpp")], tmp_path / "forger")[0]
+    assert r.ok, r.log
+    return r.library.read_bytes()
+
+
+def test_the_dispatcher_rebuilds_a_cached_library_that_was_overwritten(proj: pytest.Pytester, tmp_path: Path) -> None:
+    assert _state(proj.runpytest_subprocess("-s"))["CALLS"] == "1"
+    lib, _record = _cached(proj.path)
+    lib.write_bytes(_forged_bytes(tmp_path))
+    result = proj.runpytest_subprocess("-s", "-W", "always")
+    result.assert_outcomes(passed=1)
+    s = _state(result)
+    assert s["STATE"].startswith("kernel") and s["CALLS"] == "1"  # the rebuilt kernel ran, not the forged one
+    result.stdout.fnmatch_lines(["*the cached library was discarded and rebuilt: changed since it was built*"])
+    assert lib.read_bytes() != _forged_bytes(tmp_path)
+
+
+def _bind_lock(project: Path, build_key: str, sha: str) -> None:
+    from pytest_maxcode.targets.lock import read_lock, write_lock
+
+    entries = dict(read_lock(project / "maxcode.lock"))
+    entry = entries["mylib.chain"]
+    entry.build_key, entry.library_sha256 = build_key, sha
+    write_lock(project / "maxcode.lock", entries)
+
+
+def test_a_forged_library_with_a_forged_record_is_caught_by_the_lock(proj: pytest.Pytester, tmp_path: Path) -> None:
+    """An unsandboxed candidate can rewrite the cache's record too; the lock (committed) still names the verified hash."""
+    proj.runpytest_subprocess("-s")
+    lib, record = _cached(proj.path)
+    key, verified = lib.parent.name, build.file_sha256(lib)
+    _bind_lock(proj.path, key, verified)
+    assert f'library_sha256 = "{verified}"' in (proj.path / "maxcode.lock").read_text()
+    forged = _forged_bytes(tmp_path)
+    fake = lib.parent / "forged.so"
+    fake.write_bytes(forged)
+    sha = build.file_sha256(fake)
+    fake.rename(lib.parent / f"lib-{sha}.so")
+    record.write_text(record.read_text().replace(verified, sha))
+    assert build.read_record(lib.parent.parent.parent, key).sha256 == sha  # the cache itself is consistent
+    result = proj.runpytest_subprocess("-s")
+    result.assert_outcomes(passed=1)
+    s = _state(result)
+    assert s["STATE"].startswith("kernel") and s["CALLS"] == "1"  # rebuilt: the verified library, not the forged one
+    assert build.read_record(lib.parent.parent.parent, key).sha256 == verified
+
+
+def test_a_library_the_lock_does_not_recognise_is_never_loaded(proj: pytest.Pytester) -> None:
+    proj.runpytest_subprocess("-s")
+    lib, _record = _cached(proj.path)
+    _bind_lock(proj.path, lib.parent.name, "0" * 64)  # no build reproduces this hash
+    proj.makepyfile(test_warn=WARN_USE)
+    result = proj.runpytest_subprocess("-s", "test_warn.py")
+    result.assert_outcomes(passed=1)
+    line = next(line for line in result.outlines if "WARNINGS" in line)
+    assert "WARNINGS 1 | reference |" in line
+    assert "differs from the library verified when it was accepted" in line
+
+
+def test_the_lock_renders_the_library_hash_only_where_one_is_bound(proj: pytest.Pytester) -> None:
+    from pytest_maxcode.targets.lock import read_lock
+
+    text = (proj.path / "maxcode.lock").read_text()
+    assert "library_sha256" not in text and "build_key" not in text
+    entry = read_lock(proj.path / "maxcode.lock")["mylib.chain"]
+    assert entry.library_expected("anything") == ""
+    _bind_lock(proj.path, "k" * 64, "a" * 64)
+    entry = read_lock(proj.path / "maxcode.lock")["mylib.chain"]
+    assert entry.library_expected("k" * 64) == "a" * 64 and entry.library_expected("x" * 64) == ""
+    assert "build_key" not in entry.extra

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .decorator import TargetHandle
-from .lock import LockEntry
+from .lock import LOCK_NAME, LockEntry
 
 
 def entry_state(entry: LockEntry, root: Path, reference_hash: str | None) -> tuple[str, str]:
@@ -158,19 +158,37 @@ class NativeDispatcher:
     def _load(self) -> Any:
         with self.lock:
             if self.kernel is None:
-                from ..oracle import build
                 from ..oracle.remote._maxcode_abi import NativeKernel
 
-                src = build.Source(self.root / self.entry.kernel, self.entry.lang)
-                from ..oracle.isolation import resolve
-
-                # the compiler reads the kernel's source: it runs sandboxed like the oracle's
-                result = build.build_all([src], self.root / ".maxcode" / "build", isolation=resolve("auto"))[0]
-                if not result.ok:
-                    first = (result.errors or ["the build failed"])[0].splitlines()[0]
-                    raise RuntimeError(f"the kernel does not build: {first}"[:300])
-                self.kernel = NativeKernel(str(result.library))
+                self.kernel = NativeKernel(str(self._verified_library()))
         return self.kernel
+
+    def _verified_library(self) -> Path:
+        """Build (or reuse) the kernel's library and check its hash; never a library that changed.
+
+        A cached library that no longer hashes to its build record is rebuilt by the build
+        itself; one that differs from the library the lock names is rebuilt once more, and if
+        that still differs, :class:`IntegrityError` sends the target back to its reference.
+        """
+        from ..oracle import build
+        from ..oracle.isolation import resolve
+
+        src = build.Source(self.root / self.entry.kernel, self.entry.lang)
+        cache = self.root / ".maxcode" / "build"
+        # the compiler reads the kernel's source: it runs sandboxed like the oracle's
+        result = build.build_all([src], cache, isolation=resolve("auto"))[0]
+        expected = self.entry.library_expected(result.key)
+        if result.ok and expected and result.sha256 != expected:
+            result = build.build_all([src], cache, isolation=resolve("auto"), force=True)[0]
+        if not result.ok:
+            first = (result.errors or ["the build failed"])[0].splitlines()[0]
+            raise RuntimeError(f"the kernel does not build: {first}"[:300])
+        if result.integrity:
+            self.handle.warn_once("integrity", f"{self.entry.kernel}: {result.integrity}")
+        if expected and result.sha256 != expected:
+            raise build.IntegrityError(result.library or src.path, f"differs from the library verified when it was accepted "
+                                       f"(sha256 {result.sha256[:16]}, {LOCK_NAME} says {expected[:16]})")
+        return build.verified_library(result)
 
     def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         import torch

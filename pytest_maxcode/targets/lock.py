@@ -3,6 +3,11 @@
 TOML, committed next to ``maxcode_kernels/``. An entry is only honoured while the
 reference's source still hashes to ``reference_hash`` and the kernel file to
 ``kernel_hash``: edit either, and the target falls back to its reference.
+
+Where the entry also names the library that was verified (``build_key``, the build cache's
+key for that source, compiler and flags, and ``library_sha256``, its hash), a build of the
+same key that hashes otherwise is never loaded: a cached library swapped since acceptance
+is rebuilt, and if the rebuild still differs the target runs its reference.
 """
 
 from __future__ import annotations
@@ -38,6 +43,15 @@ class LockEntry:
     date: str
     tool_version: str
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the build cache key of the verified library ('' where the lock does not bind one)
+    build_key: str = ""
+    #: that library's sha256, as the oracle's trusted side recorded it when it was built
+    library_sha256: str = ""
+
+    def library_expected(self, build_key: str) -> str:
+        """The sha256 a build of ``build_key`` must have, or '' where the lock says nothing about it
+        (another compiler, flags or machine build another key: their own build records hold)."""
+        return self.library_sha256 if self.library_sha256 and build_key == self.build_key else ""
 
 
 def sha256_text(text: str) -> str:
@@ -83,6 +97,9 @@ def render_lock(entries: dict[str, LockEntry]) -> str:
         d = asdict(entries[target])
         d.pop("target")
         extra = d.pop("extra") or {}
+        for optional in ("build_key", "library_sha256"):
+            if not d[optional]:
+                d.pop(optional)
         doc["targets"][target] = {**d, **extra}
     return "# Written by pytest-maxcode: the accepted kernels. Commit this file.\n" + tomli_w.dumps(doc)
 
