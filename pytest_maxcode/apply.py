@@ -2,7 +2,8 @@
 and each verified program rewrite over the program's source.
 
 Only ``verified`` targets are applied: faster with a strong check, and the user's own
-tests passed with the kernel active.
+tests passed with the kernel active; a range-limited one (right on the captured inputs, wrong
+on wider or special values) only where the target accepts that (``accept_range_limited``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ def apply_report(report: dict[str, Any], root: Path) -> list[str]:
         if t.get("status") != "verified" or not t.get("best"):
             lines.append(f"{t.get('id')}: not applied ({t.get('status')}: {t.get('reason', '')})")
             continue
+        held = range_held(t)
+        if held:
+            lines.append(f"{t['id']}: not applied ({held})")
+            continue
         if is_program(t):
             try:
                 changed = apply_target(t, root)
@@ -42,6 +47,18 @@ def apply_report(report: dict[str, Any], root: Path) -> list[str]:
     return lines
 
 
+def range_held(t: Mapping[str, Any]) -> str | None:
+    """Why a verified target is held back for its range (None: it is not): its best kernel is
+    range-limited and the target does not set ``accept_range_limited``. The report entry carries
+    both: ``range_limited`` (the verdict's text, or null) and ``accept_range_limited`` (resolved
+    by ``options.accepts_range_limited`` when the run wrote the report)."""
+    limited = t.get("range_limited")
+    if not limited or t.get("accept_range_limited") is True:
+        return None
+    return (f"range-limited: {limited}; set accept_range_limited=True in @maxcode.optimize "
+            "(or [tool.maxcode] accept_range_limited) to apply it anyway")
+
+
 def is_program(t: Mapping[str, Any]) -> bool:
     """A program target's entry (its rewrite replaces a source file) rather than a kernel's."""
     return bool((t.get("reference") or {}).get("program"))
@@ -57,6 +74,9 @@ def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None)
     read from ``source_root`` (where the run wrote its report; default ``root``), so the bot can
     apply into a fresh worktree of the base branch. A program target's rewrite replaces the
     program's source instead (True when that changed the file)."""
+    held = range_held(t)
+    if held:
+        raise MaxcodeError(f"{t['id']}: not applied: {held}")
     best, ref = t["best"], t["reference"]
     kernel_source = ((source_root or root) / best["source_path"]).read_text()
     if is_program(t):
@@ -75,6 +95,8 @@ def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None)
         signatures=t.get("signatures", []),
         outputs=t.get("outputs", {}),
         returns=t.get("returns"),
+        range_limited=t.get("range_limited"),
+        accept_range_limited=t.get("accept_range_limited") is True,
     )
 
 

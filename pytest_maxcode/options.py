@@ -192,6 +192,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "qd": None,  # the qd strategy's staged schedule: {stages = [...], targets = {GLOB = {stages = [...]}}}
     "regressions": None,  # maxcode compare: {threshold = 0.1, thresholds = {GLOB = 0.25}}
     "programs": None,  # C++ program targets: {NAME = {source = "a.cpp", testcases = "DIR", ...}}
+    "accept_range_limited": False,  # true, or target-id globs: see accepts_range_limited
 }
 
 POSITIVE_INTS = ("budget", "k", "rerank_top", "depth", "width", "llm_calls", "tokens", "run_budget", "run_llm_calls", "run_tokens",
@@ -274,6 +275,10 @@ def file_value(name: str, value: Any) -> Any:
         if not isinstance(value, dict):
             raise ValueError(f"expected a table ([tool.maxcode.{name}])")
         return value
+    if name == "accept_range_limited":
+        if isinstance(value, bool) or (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
+            return value
+        raise ValueError("expected true, false, or a list of target-id globs, e.g. [\"mylib.*\"]")
     if name == "target":
         if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
             return value
@@ -367,6 +372,21 @@ def load_settings(cli: dict[str, Any], pyproject: Path | None) -> dict[str, Any]
 
         parse_observation(out["observation"])
     return out
+
+
+def accepts_range_limited(target_id: str, declared: bool | None, setting: bool | list[str] | None) -> bool:
+    """Whether a target's range-limited result (correct on the captured range, wrong on a wider
+    one or on special values) may still be applied and proposed. The one rule for it: the
+    target's own ``@maxcode.optimize(accept_range_limited=...)`` when given, else
+    ``[tool.maxcode] accept_range_limited``: ``true``, ``false``, or globs of target ids
+    (the only way to set it for a C++ program target)."""
+    if declared is not None:
+        return bool(declared)
+    if isinstance(setting, list):
+        from fnmatch import fnmatchcase
+
+        return any(fnmatchcase(target_id, pattern) for pattern in setting)
+    return bool(setting)
 
 
 def add_to_pytest(group: Any) -> None:

@@ -1,7 +1,8 @@
 """``maxcode pr``: one pull request per verified target, on the bot's own branch.
 
 For each target a report calls ``verified`` (faster with a strong check, the user's tests
-passed with the kernel), not for weak-check or unverified ones: the kernel is applied to a
+passed with the kernel), not for weak-check or unverified ones, nor for range-limited ones
+unless the target accepts them (``accept_range_limited``): the kernel is applied to a
 fresh worktree of the base branch (the user's checkout is never touched), committed as the
 bot, force-pushed to ``maxcode/optimize-<target>`` (the only branches it writes), and the
 pull request for that branch is opened, or updated when one is open. A pull request a human
@@ -64,7 +65,9 @@ def why_not(t: dict[str, Any]) -> str | None:
         return "the correctness check was weak (outputs that barely depend on the inputs); no pull request for that"
     if not t.get("best"):
         return "the report has no kernel for it"
-    return None
+    from ..apply import range_held
+
+    return range_held(t)
 
 
 def _kernel(t: dict[str, Any], root: Path) -> tuple[str, str]:

@@ -82,6 +82,10 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
     if sandbox_weak(t.get("sandbox")):
         out += ["", f"> [!WARNING]\n> The candidates were checked without a full OS sandbox: {md_escape(str(t.get('sandbox')))}. "
                 "Candidate code could reach the timer, the network and this user's files; re-check with bubblewrap installed."]
+    if t.get("range_limited"):
+        out += ["", f"> [!CAUTION]\n> Range-limited: {md_escape(str(t['range_limited']))}. The kernel is right on the inputs "
+                "your tests pass, not on the wider or special values (NaN, inf, large magnitudes) listed as failed; "
+                "this target sets `accept_range_limited`, so it is proposed anyway."]
     benchmarks = t.get("benchmarks") or []
     if benchmarks:
         runs = max((int(b.get("runs") or 1) for b in benchmarks), default=1)

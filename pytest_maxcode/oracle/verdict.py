@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 #: "format" is the search's, not the oracle's: a proposal with no usable code, never run
@@ -47,6 +47,10 @@ class Verdict:
     lang: str = ""
     #: the OS sandbox the candidate ran in (Isolation.describe(): "bwrap", "none (not enforced: ...)")
     sandbox: str = ""
+    #: None: correct on every range set the reference accepted (or none was tried); else what the
+    #: candidate passed and failed beyond the captured range ("passed: captured range, x1e-3;
+    #: failed: x1e3"). Reported, but not applied or proposed unless the target accepts it.
+    range_limited: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -58,6 +62,13 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return _finite(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Verdict:
+        """A verdict from :meth:`to_json`'s dict, including one stored before a field existed
+        (it gets the field's default) or by a newer version (unknown keys are dropped)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def _finite(v: Any) -> Any:

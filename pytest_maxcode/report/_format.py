@@ -68,7 +68,7 @@ def fmt_speedup(speedup: Any, ci: Any) -> str:
 def fmt_verdict(target: Mapping[str, Any]) -> str:
     """Status plus a flag when the correctness check was weaker than usual."""
     status = str(target.get("status", "?"))
-    return status + (" (weak check)" if target.get("weak_check") else "")
+    return status + (" (weak check)" if target.get("weak_check") else "") + (" (range-limited)" if target.get("range_limited") else "")
 
 
 def fmt_failed(failed: Any) -> str:
@@ -277,6 +277,20 @@ def sandbox_line(report: Mapping[str, Any]) -> str:
     )
 
 
+def range_line(t: Mapping[str, Any]) -> str:
+    """One line for a target whose best kernel is range-limited (right on the captured inputs,
+    wrong on wider or special values), saying whether it is held back, else ''."""
+    limited = t.get("range_limited") if isinstance(t, Mapping) else None
+    if not limited:
+        return ""
+    if t.get("accept_range_limited") is True:
+        held = "applied and proposed anyway: the target sets accept_range_limited"
+    else:
+        held = "not applied, no pull request; set accept_range_limited to accept it"
+    return f"range-limited: {t.get('id', '?')}: {limited} ({held})"
+
+
 def warning_lines(report: Mapping[str, Any]) -> list[str]:
-    """What every rendering of a report says before the details: noise and sandbox warnings."""
-    return [line for line in (sandbox_line(report), noise_line(report)) if line]
+    """What every rendering of a report says before the details: sandbox, range and noise warnings."""
+    ranges = [range_line(t) for t in report.get("targets") or [] if isinstance(t, Mapping)]
+    return [line for line in (sandbox_line(report), *ranges, noise_line(report)) if line]

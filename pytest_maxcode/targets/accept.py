@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from .._files import write_atomic
 from .._version import __version__
+from ..errors import MaxcodeError
 from .decorator import normalized_source_in_file
 from .lock import KERNELS_DIR, LOCK_NAME, LockEntry, read_lock, render_lock, sha256_text
 
@@ -35,13 +36,20 @@ def accept(
     signatures: Sequence[Sequence[Sequence[Any]]] = (),
     outputs: dict[str, Any] | None = None,
     returns: str | None = None,
+    range_limited: str | None = None,
+    accept_range_limited: bool = False,
 ) -> LockEntry:
     """Write the kernel and its entry.
+
+    A range-limited kernel (``range_limited``: what it passed and failed beyond the captured
+    inputs) is refused unless ``accept_range_limited``; an accepted one's lock entry says so.
 
     Everything that can fail (hashing the reference, reading the old lock, rendering the new
     one) happens before the first write; then the kernel file goes first, so the lock never
     names a missing file, and a failure never leaves a kernel that no lock entry names.
     """
+    if range_limited and not accept_range_limited:
+        raise MaxcodeError(f"{target_id}: range-limited ({range_limited}); set accept_range_limited=True for this target to accept it")
     ref_hash = reference_hash_in_file(reference_file, qualname)
     if ref_hash is None:
         raise ValueError(f"{reference_file}: cannot find {qualname} to hash it")
@@ -64,6 +72,7 @@ def accept(
             **({"signatures": [list(map(list, s)) for s in signatures]} if signatures else {}),
             **({"outputs": outputs} if outputs else {}),
             **({"returns": returns} if returns else {}),
+            **({"range_limited": range_limited} if range_limited else {}),
         },
     )
     lock = root / LOCK_NAME

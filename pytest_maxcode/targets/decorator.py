@@ -38,6 +38,8 @@ class TargetOptions:
     min_speedup: float | None = None
     budget: int | None = None
     inplace: bool = False
+    #: None: [tool.maxcode] accept_range_limited decides (options.accepts_range_limited)
+    accept_range_limited: bool | None = None
 
 
 @dataclass(eq=False)
@@ -129,10 +131,14 @@ def optimize(
     min_speedup: float | None = None,
     budget: int | None = None,
     inplace: bool = False,
+    accept_range_limited: bool | None = None,
 ) -> Any:
     """Mark a hot function or ``nn.Module`` subclass for optimization.
 
     Usable bare (``@maxcode.optimize``) or with options (``@maxcode.optimize(lang="cuda")``).
+    ``accept_range_limited=True`` lets a kernel that is correct on the captured inputs but not on
+    wider or special values (NaN, inf) be applied and proposed anyway; ``False`` refuses it
+    whatever ``[tool.maxcode]`` says; None leaves it to ``[tool.maxcode] accept_range_limited``.
     """
     if lang not in LANGS:
         raise ValueError(f"maxcode.optimize: lang={lang!r}; expected one of {', '.join(LANGS)}")
@@ -140,7 +146,9 @@ def optimize(
         raise TypeError("maxcode.optimize: inputs= must be a function returning a list of arguments")
     if budget is not None and (not isinstance(budget, int) or budget < 1):
         raise ValueError("maxcode.optimize: budget= must be a positive number of candidates")
-    options = TargetOptions(lang, atol, rtol, inputs, min_speedup, budget, inplace)
+    if accept_range_limited is not None and not isinstance(accept_range_limited, bool):
+        raise TypeError("maxcode.optimize: accept_range_limited= must be True or False")
+    options = TargetOptions(lang, atol, rtol, inputs, min_speedup, budget, inplace, accept_range_limited)
     if obj is None:
         return lambda o: _decorate(o, options)
     return _decorate(obj, options)
