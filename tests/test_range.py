@@ -137,7 +137,26 @@ def test_widened_sets_stay_finite_and_inside_the_dtype() -> None:
     assert 1e29 < float(big32) <= 1.0001e30 and 5e3 < float(big16) <= 1e4
     for label in ("x1e3", "x1e-3", "shift", "large"):
         assert all(bool(torch.isfinite(v).all()) for v in sets[label][:2]), label
-    assert float(sets["shift"][0].mean()) > 100 * float(x.abs().max())  # moved away from zero, not just scaled
+    assert float(sets["shift"][0].mean()) > 5 * float(x.abs().max())  # moved away from zero, not just scaled
+
+
+def test_shift_catches_a_one_pass_variance_and_passes_an_honest_sequential_sum() -> None:
+    x = torch.randn(64, 1024, generator=torch.Generator().manual_seed(0))
+    shifted = by_label(range_sets([x], seed=0))["shift"][0]
+
+    def sequential_two_pass(x: torch.Tensor) -> torch.Tensor:
+        m = x.cumsum(-1)[:, -1:] / x.shape[-1]
+        d = x - m
+        return d / torch.sqrt((d * d).cumsum(-1)[:, -1:] / x.shape[-1] + 1e-5)
+
+    def one_pass(x: torch.Tensor) -> torch.Tensor:
+        m = x.mean(-1, keepdim=True)
+        return (x - m) / torch.sqrt((x * x).mean(-1, keepdim=True) - m * m + 1e-5)
+
+    expected = torch.nn.functional.layer_norm(shifted, (1024,))
+    assert special_equal(expected, sequential_two_pass(shifted), 1e-4, 1e-4)
+    assert not special_equal(expected, one_pass(shifted), 1e-4, 1e-4)
+    assert special_equal(torch.nn.functional.layer_norm(x, (1024,)), one_pass(x), 1e-4, 1e-4)  # fine on the captured range
 
 
 def test_shift_keeps_a_positive_input_positive() -> None:

@@ -38,9 +38,11 @@ LABELS = WIDENED[:4] + SPECIALS + WIDENED[4:]
 #: the largest magnitude a range set gives a dtype: near the top of its range, but with room
 #: for a sum of a few such values before overflow
 _LARGE = {"float16": 1e4, "bfloat16": 1e4, "float32": 1e30, "float64": 1e300}
-#: how far ``shift`` moves a tensor, in multiples of its largest magnitude (fp16 and bf16
-#: keep fewer digits: a larger shift would leave only the shift)
-_SHIFT = {"float16": 1e2, "bfloat16": 1e2, "float32": 1e3, "float64": 1e6}
+#: how far ``shift`` moves a tensor, in multiples of its largest magnitude: far enough that a
+#: one-pass variance (E[x^2] - E[x]^2) loses the dtype's tolerance, near enough that an honest
+#: two-pass one summing in any order keeps it (fp32 layer norm over 1024: a sequential sum
+#: passes at 10x and fails at 1000x; fp16/bf16 kernels accumulate in fp32)
+_SHIFT = {"float16": 1e2, "bfloat16": 1e2, "float32": 1e1, "float64": 1e5}
 #: at most this many positions per tensor get a special value (overflowing sums of several
 #: max values depend on the order of summation; one per tensor does not)
 _SPRINKLE_MAX = 16
