@@ -7,13 +7,15 @@ memory can do they tell whether a kernel is already near its roof.
 
 from __future__ import annotations
 
+import functools
+import glob
 import hashlib
 import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .._files import write_atomic
 
@@ -110,3 +112,43 @@ def flops(cache_dir: Path, device: str) -> dict:
     """Measured float32 matmul FLOP/s for ``device`` (torch's own GEMM: the compute roof a
     candidate is held against), from the cache when present."""
     return _cached(cache_dir, device, "flops_per_s", _measure_flops)
+
+
+#: when the cache sizes cannot be read, assume this much (generous: a larger cache only
+#: makes the bandwidth roof more lenient)
+UNKNOWN_CACHE_BYTES = 1 << 30
+
+
+def _size(text: str) -> int:
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+@functools.cache
+def _cpu_cache_bytes(root: str) -> int:
+    instances: dict[tuple[str, str, str], int] = {}
+    for index in glob.glob(os.path.join(root, "cpu[0-9]*", "cache", "index[0-9]*")):
+        try:
+            kind = Path(index, "type").read_text().strip()
+            if kind == "Instruction":
+                continue
+            key = (Path(index, "level").read_text().strip(), kind, Path(index, "shared_cpu_list").read_text().strip())
+            instances[key] = _size(Path(index, "size").read_text())
+        except (OSError, ValueError):
+            continue
+    return sum(instances.values()) or UNKNOWN_CACHE_BYTES
+
+
+def cache_bytes(device: str, root: str = "/sys/devices/system/cpu") -> int:
+    """Bytes of data this machine can keep on chip between two calls.
+
+    CPU: every data or unified cache instance of every level, summed (L2s and L3 slices of
+    non-inclusive hierarchies hold different lines, and each socket has its own L3), read
+    from sysfs. CUDA: the L2 (L1 and shared memory do not outlive a kernel launch). Used by
+    the bandwidth roof: only bytes beyond this can be forced to come from memory."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
+    return _cpu_cache_bytes(root)
