@@ -188,3 +188,94 @@ def test_the_lock_renders_the_library_hash_only_where_one_is_bound(proj: pytest.
     entry = read_lock(proj.path / "maxcode.lock")["mylib.chain"]
     assert entry.library_expected("k" * 64) == "a" * 64 and entry.library_expected("x" * 64) == ""
     assert "build_key" not in entry.extra
+
+
+# -- the store ------------------------------------------------------------------------------
+
+import sqlite3  # noqa: E402
+
+from pytest_maxcode.store import Store  # noqa: E402
+from pytest_maxcode.store.sqlite import MIGRATIONS  # noqa: E402
+
+
+def _verdict(status: str, speedup: float | None, cand: str = "c" * 64) -> dict:
+    ci = [speedup * 0.9, speedup * 1.1] if speedup else None
+    return {"hash": cand, "status": status, "speedup": speedup, "speedup_ci": ci, "reasons": [status]}
+
+
+def _store_with_a_verdict(path: Path) -> Store:
+    store = Store(path)
+    store.upsert_target("m.f", "function", "m.py", "r" * 64)
+    store.add_candidate("c" * 64, "native", "cpp", "int x;", "test")
+    store.record_evaluation(run_id=None, target_id="m.f", config_key="k", device="cpu", verdict=_verdict("not_faster", 0.99))
+    return store
+
+
+def _forge_row(path: Path, status: str = "faster", speedup: float = 50.0) -> None:
+    """What the class-10 candidate does: a row for its own hash with the largest rowid, written behind the store's back."""
+    db = sqlite3.connect(str(path))
+    top = db.execute("SELECT MAX(id) FROM evaluations").fetchone()[0]
+    db.execute(
+        "INSERT INTO evaluations(id, run_id, target_id, candidate_hash, config_key, status, speedup, ci_low, ci_high, "
+        "device, reasons, diagnostics, created_at) VALUES (?, NULL, 'm.f', ?, 'k', ?, ?, ?, ?, 'cpu', '[]', '{}', 'now')",
+        (top + 1000, "c" * 64, status, speedup, speedup * 0.9, speedup * 1.1),
+    )
+    db.commit()
+    db.close()
+
+
+def test_a_forged_faster_row_with_the_largest_rowid_is_not_the_current_verdict(tmp_path: Path) -> None:
+    path = tmp_path / "maxcode.db"
+    with _store_with_a_verdict(path) as store:
+        _forge_row(path)
+        assert max(r["id"] for r in store.evaluations()) > 1000  # the forged row is there...
+        row = store.find_evaluation("m.f", "c" * 64, "k")
+        assert row is not None and row["status"] == "not_faster" and row["speedup"] == 0.99  # ...and ignored
+        # a real later evaluation still becomes current
+        store.record_evaluation(run_id=None, target_id="m.f", config_key="k", device="cpu", verdict=_verdict("faster", 1.5))
+        assert store.find_evaluation("m.f", "c" * 64, "k")["speedup"] == 1.5
+
+
+def test_a_current_row_edited_behind_the_stores_back_is_not_reused(tmp_path: Path) -> None:
+    path = tmp_path / "maxcode.db"
+    with _store_with_a_verdict(path) as store:
+        db = sqlite3.connect(str(path))
+        db.execute("UPDATE evaluations SET status='faster', speedup=50.0")
+        db.commit()
+        db.close()
+        assert store.find_evaluation("m.f", "c" * 64, "k") is None  # evaluated again, not trusted
+
+
+def test_a_pointer_moved_to_a_forged_row_without_its_digest_is_not_reused(tmp_path: Path) -> None:
+    path = tmp_path / "maxcode.db"
+    with _store_with_a_verdict(path) as store:
+        _forge_row(path)
+        db = sqlite3.connect(str(path))
+        db.execute("UPDATE current_evaluations SET evaluation_id=(SELECT MAX(id) FROM evaluations)")
+        db.commit()
+        db.close()
+        assert store.find_evaluation("m.f", "c" * 64, "k") is None
+
+
+def test_an_older_store_opens_and_keeps_its_current_verdicts(tmp_path: Path) -> None:
+    path = tmp_path / "maxcode.db"
+    db = sqlite3.connect(str(path))
+    for i, sql in enumerate(MIGRATIONS[:4], start=1):
+        db.executescript(sql)
+        db.execute(f"PRAGMA user_version={i}")
+    db.execute("INSERT INTO targets VALUES ('m.f', 'function', 'm.py', 'r', 'now')")
+    db.execute("INSERT INTO candidates VALUES (?, 'native', 'cpp', 'int x;', 'test', 'now')", ("c" * 64,))
+    for status, speedup in (("not_faster", 0.9), ("faster", 1.3)):
+        db.execute(
+            "INSERT INTO evaluations(target_id, candidate_hash, config_key, status, speedup, device, created_at) "
+            "VALUES ('m.f', ?, 'k', ?, ?, 'cpu', 'now')", ("c" * 64, status, speedup),
+        )
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        row = store.find_evaluation("m.f", "c" * 64, "k")
+        assert row is not None and row["status"] == "faster" and row["speedup"] == 1.3
+        assert store.find_evaluation("m.f", "d" * 64, "k") is None
+    with Store(path) as store:  # opening again migrates nothing twice
+        assert store.find_evaluation("m.f", "c" * 64, "k")["speedup"] == 1.3

@@ -3,21 +3,53 @@
 Every evaluation is written in its own transaction, so a run killed at any moment
 leaves every finished evaluation readable and nothing half-written; the search resumes
 from what is there. Schema changes are numbered migrations keyed on ``user_version``.
+
+"The current verdict" of a candidate under a configuration is what ``current_evaluations``
+points at, written in the same transaction as the verdict together with a digest of the
+row: a row added behind the store's back (say a forged ``faster`` with the largest id) is
+not current, and a current row edited afterwards no longer matches its digest and is not
+reused (the candidate is evaluated again).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Union
 
 from ..errors import MaxcodeError
 
-MIGRATIONS: list[str] = [
+#: the columns of an evaluation that its digest covers (all but its id)
+EVALUATION_COLUMNS = (
+    "run_id", "target_id", "candidate_hash", "config_key", "status", "speedup", "ci_low", "ci_high", "reference_s",
+    "candidate_s", "compile_s", "eval_s", "weak_check", "device", "reasons", "diagnostics", "created_at",
+)
+
+
+def evaluation_digest(row: Any) -> str:
+    """The sha256 of an evaluation row as stored (read back, so SQLite's own types are hashed)."""
+    values = [row[c] for c in EVALUATION_COLUMNS]
+    return hashlib.sha256(json.dumps([row["id"], *values]).encode()).hexdigest()
+
+
+def _backfill_current(db: sqlite3.Connection) -> None:
+    """An older store's current verdicts: its latest row per key, as it always read them."""
+    rows = db.execute(
+        "SELECT * FROM evaluations WHERE id IN (SELECT MAX(id) FROM evaluations GROUP BY target_id, candidate_hash, config_key)"
+    ).fetchall()
+    for row in rows:
+        db.execute(
+            "INSERT INTO current_evaluations(target_id, candidate_hash, config_key, evaluation_id, digest) VALUES (?, ?, ?, ?, ?)",
+            (row["target_id"], row["candidate_hash"], row["config_key"], row["id"], evaluation_digest(row)),
+        )
+
+
+MIGRATIONS: list[Union[str, Callable[[sqlite3.Connection], None]]] = [
     """
     CREATE TABLE runs (
         id INTEGER PRIMARY KEY,
@@ -121,6 +153,19 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN host TEXT;
     UPDATE runs SET status='finished' WHERE finished_at IS NOT NULL;
     """,
+    # 5: the current verdict per (target, candidate, configuration), not the largest rowid
+    """
+    CREATE TABLE current_evaluations (
+        target_id TEXT NOT NULL,
+        candidate_hash TEXT NOT NULL,
+        config_key TEXT NOT NULL,
+        evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
+        digest TEXT NOT NULL,
+        PRIMARY KEY (target_id, candidate_hash, config_key)
+    );
+    """,
+    # 6: older stores keep reading the rows they read before
+    _backfill_current,
 ]
 
 RUN_STATUSES = ("running", "finished", "interrupted", "killed")
@@ -236,8 +281,11 @@ class Store:
         with self._tx():
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
             for i, sql in enumerate(MIGRATIONS[version:], start=version + 1):
-                for stmt in [s for s in sql.split(";") if s.strip()]:
-                    self.db.execute(stmt)
+                if callable(sql):
+                    sql(self.db)
+                else:
+                    for stmt in [s for s in sql.split(";") if s.strip()]:
+                        self.db.execute(stmt)
                 self.db.execute(f"PRAGMA user_version={i}")
 
     def _tx(self):
@@ -329,17 +377,31 @@ class Store:
                     _now(),
                 ),
             )
-        return int(cur.lastrowid)
+            eval_id = int(cur.lastrowid)
+            row = self.db.execute("SELECT * FROM evaluations WHERE id=?", (eval_id,)).fetchone()
+            self.db.execute(
+                "INSERT INTO current_evaluations(target_id, candidate_hash, config_key, evaluation_id, digest) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(target_id, candidate_hash, config_key) DO UPDATE SET "
+                "evaluation_id=excluded.evaluation_id, digest=excluded.digest",
+                (target_id, verdict["hash"], config_key, eval_id, evaluation_digest(row)),
+            )
+        return eval_id
 
     def find_evaluation(self, target_id: str, candidate_hash: str, config_key: str) -> dict[str, Any] | None:
-        """The latest finished evaluation of this candidate under this configuration."""
+        """The current evaluation of this candidate under this configuration: the one the store
+        recorded as current, never merely the largest id; None when there is none, or when that
+        row was changed since it was written (then the candidate is evaluated again)."""
         row = self.db.execute(
-            "SELECT * FROM evaluations WHERE target_id=? AND candidate_hash=? AND config_key=? ORDER BY id DESC LIMIT 1",
+            "SELECT e.*, c.digest AS current_digest FROM current_evaluations c JOIN evaluations e ON e.id = c.evaluation_id "
+            "WHERE c.target_id=? AND c.candidate_hash=? AND c.config_key=?",
             (target_id, candidate_hash, config_key),
         ).fetchone()
-        if row is None:
+        if row is None or row["current_digest"] != evaluation_digest(row):
+            return None
+        if (row["target_id"], row["candidate_hash"], row["config_key"]) != (target_id, candidate_hash, config_key):
             return None
         d = dict(row)
+        d.pop("current_digest")
         d["reasons"] = json.loads(d["reasons"])
         d["diagnostics"] = json.loads(d["diagnostics"])
         return d
