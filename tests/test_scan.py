@@ -103,6 +103,28 @@ SYSCALL = r"""
 extern "C" long kernel(void* p) { return syscall(SYS_mprotect, p, 4096, 7); }
 """
 
+# /proc/self/mem writes past page protections: the preamble can be patched into read-only code
+PROC_SELF_MEM = r"""
+#include <fcntl.h>
+#include <unistd.h>
+#include <cstdint>
+extern "C" long kernel(void* code, const unsigned char* bytes, long n) {
+  int fd = open("/proc/self/mem", O_RDWR);
+  return pwrite(fd, bytes, n, (off_t)(uintptr_t)code);
+}
+"""
+
+PROC_SELF_MEM_STREAM = r"""
+#include <fstream>
+#include <cstdint>
+extern "C" int kernel(void* code, const char* bytes, long n) {
+  std::ofstream f("/proc/self/mem", std::ios::binary);
+  f.seekp((intptr_t)code);
+  f.write(bytes, n);
+  return f.good();
+}
+"""
+
 SHIM_SYMBOL = r"""
 extern "C" void maxcode_cg_toggle(void);
 extern "C" int kernel(void) { maxcode_cg_toggle(); return 0; }
@@ -160,6 +182,19 @@ def test_imports_that_can_make_or_reach_a_request_are_found(tmp_path: Path, name
     findings = client_request_findings(_build(tmp_path, name, source))
     assert {f.split(":", 1)[0].removeprefix("imports ") for f in findings} == imports
     assert all(f.startswith("imports ") for f in findings)
+
+
+def test_opening_proc_self_mem_is_found(tmp_path: Path) -> None:
+    findings = client_request_findings(_build(tmp_path, "procmem", PROC_SELF_MEM))
+    opens = {"open", "open64", "__open_2", "__open64_2"}  # the name depends on _FORTIFY_SOURCE and the libc
+    assert len(findings) == 1 and findings[0].split(":", 1)[0].removeprefix("imports ") in opens
+    assert "/proc/self/mem" in findings[0]
+
+
+def test_cpp_file_streams_are_one_finding(tmp_path: Path) -> None:
+    findings = client_request_findings(_build(tmp_path, "stream", PROC_SELF_MEM_STREAM))
+    assert len(findings) == 1 and findings[0].startswith("imports C++ file streams (")
+    assert "/proc/self/mem" in findings[0]
 
 
 def _without_section_headers(lib: Path) -> Path:

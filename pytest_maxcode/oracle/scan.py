@@ -10,7 +10,8 @@ preamble valgrind decodes, anywhere in the file (in executable code it is a requ
 data it is a request waiting to be copied into executable memory).
 
 A candidate can also make the sequence at run time. For that it needs executable memory
-(``mprotect``, ``mmap``, a raw ``syscall``), another object's code (``dlopen``/``dlsym``,
+(``mprotect``, ``mmap``, a raw ``syscall``, or a write to ``/proc/self/mem``, which
+patches read-only code: any file opening counts), another object's code (``dlopen``/``dlsym``,
 ``dl_iterate_phdr``), or work done in a process callgrind does not follow (``fork``,
 ``posix_spawn``, ``system``). Imports of those are findings too: honest kernels need none
 of them, and under the instruction timer any finding is a rejection.
@@ -82,6 +83,7 @@ PREAMBLES = (
 _EXEC_MEMORY = "can make memory executable and issue a client request from it"
 _FOREIGN_CODE = "can reach code in other loaded objects, the timer's own client requests included"
 _PROCESS = "can do its work in a process callgrind does not count"
+_FILES = "opens files, and writing /proc/self/mem rewrites its own code past page protections"
 SUSPICIOUS_IMPORTS: dict[str, str] = {
     **dict.fromkeys(
         ("mprotect", "pkey_mprotect", "mmap", "mmap64", "__mmap", "mremap", "memfd_create", "syscall"),
@@ -89,8 +91,8 @@ SUSPICIOUS_IMPORTS: dict[str, str] = {
     ),
     **dict.fromkeys(
         (
-            "dlopen", "dlmopen", "dlsym", "dlvsym", "dlinfo", "dl_iterate_phdr", "_dl_find_object",
-            "__libc_dlopen_mode", "__libc_dlsym", "__libc_dlvsym",
+            "dlopen", "dlmopen", "dlsym", "dlvsym", "dlinfo", "dladdr", "dladdr1", "dl_iterate_phdr",
+            "_dl_find_object", "__libc_dlopen_mode", "__libc_dlsym", "__libc_dlvsym", "_r_debug", "getauxval",
         ),
         _FOREIGN_CODE,
     ),
@@ -101,7 +103,17 @@ SUSPICIOUS_IMPORTS: dict[str, str] = {
         ),
         _PROCESS,
     ),
+    **dict.fromkeys(
+        (
+            "open", "open64", "openat", "openat64", "__open", "__open64", "__open_2", "__open64_2", "__openat_2",
+            "__openat64_2", "fopen", "fopen64", "freopen", "freopen64", "creat", "creat64", "process_vm_writev",
+            "ptrace",
+        ),
+        _FILES,
+    ),
 }
+# C++ file streams open files inside libstdc++: their mangled names are what the candidate imports
+_FILE_STREAM_PARTS = ("basic_filebuf", "__basic_file", "stdio_filebuf", "stdio_sync_filebuf")
 # valgrind's own preload objects and the timer's shim: any reference to them reaches a client request
 _VALGRIND_NAME_PARTS = ("valgrind", "callgrind", "vgplain", "maxcode_cg")
 
@@ -179,6 +191,9 @@ def _import_findings(elf: _Elf) -> list[str]:
             found.append(f"imports {base}: {SUSPICIOUS_IMPORTS[base]}")
         elif any(part in base.lower() for part in _VALGRIND_NAME_PARTS) or base.startswith("_vg"):
             found.append(f"imports {base}: a valgrind or timer symbol, a client request one call away")
+    streams = sorted(n for n in elf.imports if any(part in n for part in _FILE_STREAM_PARTS))
+    if streams:
+        found.append(f"imports C++ file streams ({streams[0].split('@', 1)[0]}): {_FILES}")
     return found
 
 
