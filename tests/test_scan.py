@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maxcode.oracle import build
 from pytest_maxcode.oracle.scan import PREAMBLES, client_request_findings
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+DATA = Path(__file__).parent / "data"
 
 CLEAN = r"""
 #include <cmath>
@@ -226,3 +228,21 @@ def test_a_file_that_is_not_elf_is_a_one_line_error(tmp_path: Path) -> None:
     src.write_text(CLEAN)
     with pytest.raises(ValueError, match="not an ELF file; pass the shared library"):
         client_request_findings(src)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the instruction timer's flags target x86-64-v3")
+@pytest.mark.skipif(not Path("/usr/include/valgrind/callgrind.h").exists(), reason="needs valgrind's headers")
+def test_libraries_as_the_instruction_timer_builds_them(tmp_path: Path) -> None:
+    good = (DATA / "chain" / "good.cpp").read_text()
+    toggled = good.replace("#include <cstdint>", "#include <cstdint>\n#include <valgrind/callgrind.h>").replace(
+        "#pragma omp parallel for", "CALLGRIND_TOGGLE_COLLECT;\n#pragma omp parallel for"
+    )
+    assert toggled.count("CALLGRIND_TOGGLE_COLLECT") == 1
+    sources = []
+    for name, text in (("good.cpp", good), ("toggled.cpp", toggled)):
+        (tmp_path / name).write_text(text)
+        sources.append(build.Source(tmp_path / name, "cpp"))
+    built = build.build_all(sources, tmp_path / "cache", cxxflags=list(build.VALGRIND_CXXFLAGS))
+    assert all(r.ok for r in built), [r.errors for r in built]
+    assert client_request_findings(built[0].library) == []
+    assert [f.split(",")[0] for f in client_request_findings(built[1].library)] == ["valgrind x86-64 preamble"]
