@@ -221,6 +221,10 @@ def test_truncated_elf_is_a_finding_not_a_crash(tmp_path: Path) -> None:
     cut.write_bytes(lib.read_bytes()[:40])
     findings = client_request_findings(cut)
     assert findings and findings[0].startswith("malformed ELF headers")
+    zero = bytearray(lib.read_bytes())
+    struct.pack_into("<H", zero, 0x3A, 0)  # e_shentsize 0: every section header at one offset
+    (tmp_path / "zero.so").write_bytes(bytes(zero))
+    assert client_request_findings(tmp_path / "zero.so")[0].startswith("malformed ELF headers")
 
 
 def test_a_file_that_is_not_elf_is_a_one_line_error(tmp_path: Path) -> None:

@@ -134,6 +134,8 @@ def _parse(data: bytes) -> _Elf:
     wide = cls == 2
     hdr = struct.unpack_from(end + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH"), data, 16)
     phoff, shoff, phentsize, phnum, shentsize, shnum = hdr[4], hdr[5], hdr[8], hdr[9], hdr[10], hdr[11]
+    if (phnum and phentsize < (56 if wide else 32)) or (shoff and shentsize < (64 if wide else 40)):
+        raise struct.error(f"header entries too small ({phentsize}, {shentsize} bytes)")
     ranges: list[tuple[int, int]] = []
     for i in range(phnum):
         if wide:
