@@ -31,6 +31,7 @@ def test_parallel_build_then_cache_hit(tmp_path: Path) -> None:
     again = build.build_all(sources, tmp_path / "cache")
     assert all(r.ok and r.cached for r in again)
     assert [r.library for r in again] == [r.library for r in first]
+    assert [r.sha256 for r in again] == [r.sha256 for r in first] and all(len(r.sha256) == 64 for r in first)
 
 
 def test_flags_change_the_cache_key(tmp_path: Path) -> None:

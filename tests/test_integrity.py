@@ -279,3 +279,36 @@ def test_an_older_store_opens_and_keeps_its_current_verdicts(tmp_path: Path) -> 
         assert store.find_evaluation("m.f", "d" * 64, "k") is None
     with Store(path) as store:  # opening again migrates nothing twice
         assert store.find_evaluation("m.f", "c" * 64, "k")["speedup"] == 1.3
+
+
+# -- the class-10 attack itself, unsandboxed (the worst case: --maxcode-sandbox=none) ---------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from conftest import DATA  # noqa: E402
+
+
+def test_the_persistent_forgery_attack_run_unsandboxed_changes_no_verdict_and_no_loaded_library(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".maxcode").mkdir(parents=True)
+    (project / "ref.py").write_text("# the reference\n")
+    src = _src(tmp_path, KERNEL % 0)
+    built = build.build_all([src], project / ".maxcode" / "build")[0]
+    with _store_with_a_verdict(project / ".maxcode" / "maxcode.db") as store:
+        before = store.find_evaluation("m.f", "c" * 64, "k")
+        attack = (DATA / "attacks" / "c10_persistent_forgery.py").read_text().replace("@PROJECT@", str(project))
+        (tmp_path / "attack.py").write_text(attack)
+        subprocess.run([sys.executable, str(tmp_path / "attack.py")], check=True, capture_output=True, timeout=120)
+        rows = list(store.evaluations("m.f"))
+        assert any(r["status"] == "faster" for r in rows) and any(r["status"] == "wrong" for r in rows)  # it did write
+        assert before is not None and before["status"] == "not_faster"
+        # the only verdict this candidate had was edited: it is evaluated again, not read as 'wrong' or 'faster'
+        assert store.find_evaluation("m.f", "c" * 64, "k") is None
+        forged = [r for r in rows if r["status"] == "faster"]
+        assert all(store.find_evaluation("m.f", r["candidate_hash"], "k") is None for r in forged)
+    assert built.library.read_bytes() == b"\x7fELF pwned"  # it did overwrite the cached library
+    with pytest.raises(build.IntegrityError):
+        build.verified_library(built)
+    again = build.build_all([src], project / ".maxcode" / "build")[0]
+    assert again.ok and not again.cached and again.sha256 == built.sha256 and "discarded" in again.integrity
