@@ -135,12 +135,15 @@ def test_the_dispatcher_rebuilds_a_cached_library_that_was_overwritten(proj: pyt
     assert lib.read_bytes() != _forged_bytes(tmp_path)
 
 
-def _bind_lock(project: Path, build_key: str, sha: str) -> None:
+def _bind_lock(project: Path, lib: Path, sha: str) -> None:
+    """What accepting does once the oracle hands over the verified build's id and hash."""
     from pytest_maxcode.targets.lock import read_lock, write_lock
 
+    (src,) = lib.parent.glob("candidate.cpp")
+    result = build.BuildResult(build.Source(src, "cpp"), True, lib, 0.0, True, lib.parent.name)
     entries = dict(read_lock(project / "maxcode.lock"))
     entry = entries["mylib.chain"]
-    entry.build_key, entry.library_sha256 = build_key, sha
+    entry.build_id, entry.library_sha256 = build.build_id(result), sha
     write_lock(project / "maxcode.lock", entries)
 
 
@@ -149,7 +152,7 @@ def test_a_forged_library_with_a_forged_record_is_caught_by_the_lock(proj: pytes
     proj.runpytest_subprocess("-s")
     lib, record = _cached(proj.path)
     key, verified = lib.parent.name, build.file_sha256(lib)
-    _bind_lock(proj.path, key, verified)
+    _bind_lock(proj.path, lib, verified)
     assert f'library_sha256 = "{verified}"' in (proj.path / "maxcode.lock").read_text()
     forged = _forged_bytes(tmp_path)
     fake = lib.parent / "forged.so"
@@ -158,36 +161,42 @@ def test_a_forged_library_with_a_forged_record_is_caught_by_the_lock(proj: pytes
     fake.rename(lib.parent / f"lib-{sha}.so")
     record.write_text(record.read_text().replace(verified, sha))
     assert build.read_record(lib.parent.parent.parent, key).sha256 == sha  # the cache itself is consistent
-    result = proj.runpytest_subprocess("-s")
+    result = proj.runpytest_subprocess("-s", "-W", "always")
     result.assert_outcomes(passed=1)
     s = _state(result)
     assert s["STATE"].startswith("kernel") and s["CALLS"] == "1"  # rebuilt: the verified library, not the forged one
     assert build.read_record(lib.parent.parent.parent, key).sha256 == verified
+    out = result.stdout.str()
+    assert "differs from the library verified" not in out and "discarded" not in out  # the rebuild reproduced it
 
 
-def test_a_library_the_lock_does_not_recognise_is_never_loaded(proj: pytest.Pytester) -> None:
+def test_a_cached_library_the_lock_does_not_recognise_is_rebuilt_and_the_rebuild_runs(proj: pytest.Pytester) -> None:
+    """A compiler that is not reproducible (nvcc's module ids) must not lock a target out of its kernel:
+    the fresh build from the verified source runs, with one warning that says why it is rebuilt."""
     proj.runpytest_subprocess("-s")
     lib, _record = _cached(proj.path)
-    _bind_lock(proj.path, lib.parent.name, "0" * 64)  # no build reproduces this hash
+    _bind_lock(proj.path, lib, "0" * 64)  # no build reproduces this hash
     proj.makepyfile(test_warn=WARN_USE)
     result = proj.runpytest_subprocess("-s", "test_warn.py")
     result.assert_outcomes(passed=1)
     line = next(line for line in result.outlines if "WARNINGS" in line)
-    assert "WARNINGS 1 | reference |" in line
-    assert "differs from the library verified when it was accepted" in line
+    assert "WARNINGS 1 | kernel |" in line
+    assert "differs from the library verified when it was accepted" in line and "not reproducible" in line
 
 
 def test_the_lock_renders_the_library_hash_only_where_one_is_bound(proj: pytest.Pytester) -> None:
     from pytest_maxcode.targets.lock import read_lock
 
     text = (proj.path / "maxcode.lock").read_text()
-    assert "library_sha256" not in text and "build_key" not in text
+    assert "library_sha256" not in text and "build_id" not in text
     entry = read_lock(proj.path / "maxcode.lock")["mylib.chain"]
     assert entry.library_expected("anything") == ""
-    _bind_lock(proj.path, "k" * 64, "a" * 64)
+    proj.runpytest_subprocess("-s")
+    lib, _record = _cached(proj.path)
+    _bind_lock(proj.path, lib, "a" * 64)
     entry = read_lock(proj.path / "maxcode.lock")["mylib.chain"]
-    assert entry.library_expected("k" * 64) == "a" * 64 and entry.library_expected("x" * 64) == ""
-    assert "build_key" not in entry.extra
+    assert entry.library_expected(entry.build_id) == "a" * 64 and entry.library_expected("x" * 64) == ""
+    assert "build_id" not in entry.extra and 'library_sha256 = "' + "a" * 64 + '"' in (proj.path / "maxcode.lock").read_text()
 
 
 # -- the store ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -110,6 +111,15 @@ def verified_library(result: BuildResult) -> Path:
     if not result.ok or result.library is None:
         raise IntegrityError(Path(result.key or "?"), "the build has no library")
     return verify_artifact(result.library, result.sha256)
+
+
+def build_id(result: BuildResult) -> str:
+    """What a library hash recorded in a committed lock is valid for: this build key, in this
+    cache folder, on this host. Builds are reproducible only there (``-march=native``, the
+    source's path in the object); elsewhere the lock's hash does not apply and the local
+    build record alone holds."""
+    folder = str(result.library.parent.resolve()) if result.library is not None else ""
+    return hashlib.sha256(f"{result.key}\0{folder}\0{platform.node()}".encode()).hexdigest()
 
 
 @dataclass

@@ -4,10 +4,11 @@ TOML, committed next to ``maxcode_kernels/``. An entry is only honoured while th
 reference's source still hashes to ``reference_hash`` and the kernel file to
 ``kernel_hash``: edit either, and the target falls back to its reference.
 
-Where the entry also names the library that was verified (``build_key``, the build cache's
-key for that source, compiler and flags, and ``library_sha256``, its hash), a build of the
-same key that hashes otherwise is never loaded: a cached library swapped since acceptance
-is rebuilt, and if the rebuild still differs the target runs its reference.
+Where the entry also names the library that was verified (``library_sha256``, with
+``build_id``: the build key, cache folder and host it is valid for, see
+``oracle.build.build_id``), a cached library of that build that hashes otherwise is never
+loaded, even if the cache's own record was rewritten to match it: it is built again from
+the verified source.
 """
 
 from __future__ import annotations
@@ -43,15 +44,15 @@ class LockEntry:
     date: str
     tool_version: str
     extra: dict[str, Any] = field(default_factory=dict)
-    #: the build cache key of the verified library ('' where the lock does not bind one)
-    build_key: str = ""
+    #: where the verified library's hash applies (``oracle.build.build_id``; '' where the lock binds none)
+    build_id: str = ""
     #: that library's sha256, as the oracle's trusted side recorded it when it was built
     library_sha256: str = ""
 
-    def library_expected(self, build_key: str) -> str:
-        """The sha256 a build of ``build_key`` must have, or '' where the lock says nothing about it
-        (another compiler, flags or machine build another key: their own build records hold)."""
-        return self.library_sha256 if self.library_sha256 and build_key == self.build_key else ""
+    def library_expected(self, build_id: str) -> str:
+        """The sha256 a library of ``build_id`` must have, or '' where the lock says nothing about it
+        (another compiler, flags, checkout or host: their own build records hold)."""
+        return self.library_sha256 if self.library_sha256 and build_id == self.build_id else ""
 
 
 def sha256_text(text: str) -> str:
@@ -97,7 +98,7 @@ def render_lock(entries: dict[str, LockEntry]) -> str:
         d = asdict(entries[target])
         d.pop("target")
         extra = d.pop("extra") or {}
-        for optional in ("build_key", "library_sha256"):
+        for optional in ("build_id", "library_sha256"):
             if not d[optional]:
                 d.pop(optional)
         doc["targets"][target] = {**d, **extra}
