@@ -66,6 +66,24 @@ def test_a_symlink_in_place_of_the_library_is_refused(tmp_path: Path) -> None:
         build.verified_library(r)
 
 
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd on this platform")
+def test_the_loaded_copy_is_the_verified_bytes_and_cannot_be_changed(tmp_path: Path) -> None:
+    import ctypes
+
+    r = build.build_all([_src(tmp_path, KERNEL % 5)], tmp_path / "cache")[0]
+    sealed = build.sealed_library(r)
+    assert sealed.startswith("/proc/self/fd/")
+    with open(sealed, "rb") as f:
+        assert build.hashlib.sha256(f.read()).hexdigest() == r.sha256
+    with pytest.raises(PermissionError):  # write-sealed: not even this user can change it
+        with open(sealed, "r+b") as f:
+            f.write(b"x")
+    r.library.write_bytes(b"\x7fELF swapped after the check")  # the cache changes; the sealed copy does not
+    assert ctypes.CDLL(sealed).maxcode_run(None, 0, None, 0, None) == 5
+    with pytest.raises(build.IntegrityError):
+        build.sealed_library(r)
+
+
 def test_a_tampered_cache_entry_is_rebuilt_not_reused(tmp_path: Path) -> None:
     src = _src(tmp_path, KERNEL % 0)
     first = build.build_all([src], tmp_path / "cache")[0]

@@ -15,6 +15,7 @@ say) is rebuilt or refused, never loaded.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
@@ -111,6 +112,39 @@ def verified_library(result: BuildResult) -> Path:
     if not result.ok or result.library is None:
         raise IntegrityError(Path(result.key or "?"), "the build has no library")
     return verify_artifact(result.library, result.sha256)
+
+
+_SEALED: list[int] = []  # the sealed copies' descriptors stay open while their libraries are loaded
+
+
+def sealed_library(result: BuildResult) -> str:
+    """A path to load the library from whose bytes are exactly those just verified.
+
+    Between a check of the file and its ``dlopen`` anyone who can write the cache could swap
+    it; so the verified bytes go into a sealed memory file (Linux ``memfd``, write-sealed:
+    not even a process of the same user can change it) and that is what gets loaded. Where
+    that is not possible, the verified path itself.
+    """
+    path = verified_library(result)
+    if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
+        return str(path)
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != result.sha256:
+        raise IntegrityError(path, "changed while it was being loaded")
+    try:
+        fd = os.memfd_create(f"maxcode-{result.sha256[:16]}.so", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError:
+        return str(path)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    except OSError:
+        os.close(fd)
+        return str(path)
+    _SEALED.append(fd)
+    return f"/proc/self/fd/{fd}"
 
 
 def build_id(result: BuildResult) -> str:

@@ -158,12 +158,21 @@ class NativeDispatcher:
     def _load(self) -> Any:
         with self.lock:
             if self.kernel is None:
+                from ..oracle import build
                 from ..oracle.remote._maxcode_abi import NativeKernel
 
-                self.kernel = NativeKernel(str(self._verified_library()))
+                result = self._verified_build()
+                sealed = build.sealed_library(result)
+                try:
+                    self.kernel = NativeKernel(sealed)
+                except OSError:
+                    if sealed == str(result.library):
+                        raise
+                    # a memory file the loader may not map executable (vm.memfd_noexec): the checked file
+                    self.kernel = NativeKernel(str(build.verified_library(result)))
         return self.kernel
 
-    def _verified_library(self) -> Path:
+    def _verified_build(self) -> Any:
         """Build (or reuse) the kernel's library and check its hash; never a library that changed.
 
         A cached library that no longer hashes to its build record is rebuilt by the build
@@ -191,7 +200,8 @@ class NativeDispatcher:
             raise RuntimeError(f"the kernel does not build: {first}"[:300])
         if result.integrity:
             self.handle.warn_once("integrity", f"{self.entry.kernel}: {result.integrity}")
-        return build.verified_library(result)
+        build.verified_library(result)
+        return result
 
     def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         import torch
