@@ -357,3 +357,20 @@ def test_the_persistent_forgery_attack_run_unsandboxed_changes_no_verdict_and_no
         build.verified_library(built)
     again = build.build_all([src], project / ".maxcode" / "build")[0]
     assert again.ok and not again.cached and again.sha256 == built.sha256 and "discarded" in again.integrity
+
+
+def test_a_row_forged_under_the_current_run_does_not_become_a_node_of_its_tree(tmp_path: Path) -> None:
+    path = tmp_path / "maxcode.db"
+    with Store(path) as store:
+        run = store.begin_run("pytest --maxcode", "0")
+        store.upsert_target("m.f", "function", "m.py", "r" * 64)
+        store.add_candidate("c" * 64, "native", "cpp", "int x;", "test")
+        store.record_evaluation(run_id=run, target_id="m.f", config_key="k", device="cpu", verdict=_verdict("not_faster", 0.99))
+        db = sqlite3.connect(str(path))
+        db.execute(
+            "INSERT INTO evaluations(id, run_id, target_id, candidate_hash, config_key, status, speedup, device, created_at) "
+            "VALUES (99999, ?, 'm.f', ?, 'k', 'faster', 50.0, 'cpu', 'now')", (run, "f" * 64),
+        )
+        db.commit()
+        db.close()
+        assert [(r["candidate_hash"], r["status"]) for r in store.evaluations_without_nodes(run)] == [("c" * 64, "not_faster")]

@@ -490,16 +490,23 @@ class Store:
 
     def evaluations_without_nodes(self, run_id: int) -> list[dict[str, Any]]:
         """This run's evaluations that no node records: those of a batch that Ctrl-C cut short
-        (a batch's nodes are written when the whole batch is done)."""
+        (a batch's nodes are written when the whole batch is done). Only current verdicts, as
+        written: a row slipped in under this run's id is not one."""
         rows = self.db.execute(
-            "SELECT e.*, c.origin AS origin FROM evaluations e LEFT JOIN candidates c ON c.hash = e.candidate_hash "
+            "SELECT e.*, c.origin AS origin, cur.digest AS current_digest FROM evaluations e "
+            "JOIN current_evaluations cur ON cur.evaluation_id = e.id AND cur.target_id = e.target_id "
+            "AND cur.candidate_hash = e.candidate_hash AND cur.config_key = e.config_key "
+            "LEFT JOIN candidates c ON c.hash = e.candidate_hash "
             "WHERE e.run_id=? AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.run_id = e.run_id "
             "AND n.target_id = e.target_id AND n.candidate_hash = e.candidate_hash) ORDER BY e.id",
             (run_id,),
         ).fetchall()
         out = []
         for row in rows:
+            if row["current_digest"] != evaluation_digest(row):
+                continue
             d = dict(row)
+            d.pop("current_digest")
             d["reasons"] = json.loads(d["reasons"])
             d["diagnostics"] = json.loads(d["diagnostics"])
             out.append(d)
