@@ -74,7 +74,8 @@ def _xfail(defence: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=f"issue 13: {defence}")
 
 
-# attacker -> the defence it needs, for the attacks that get through today (None: held today)
+# attacker -> the defence it needs, for the attacks that get through today (None: held today);
+# c11 is not here: DESIGN 5.1 lets a range-limited kernel be timed, so its test is the range check
 NOT_FASTER: dict[str, str | None] = {
     "c01_clock.cpp": "the clock is in the process that loaded the candidate (trusted-side clock over shared memory)",
     "c02_forge_channel.cpp": "messages are not validated against the protocol (timing accepted before any correctness set)",
@@ -85,7 +86,6 @@ NOT_FASTER: dict[str, str | None] = {
     "c08_secrets_network.cpp": None,
     "c09_resource_limits.cpp": None,
     "c10_persistent_forgery.py": None,
-    "c11_narrow_inputs.cpp": None,  # slow: its test is the range check below
 }
 
 
@@ -506,7 +506,7 @@ def test_the_clock_attack_gets_no_reward_through_rl_or_ray(elsewhere: Elsewhere)
 def test_no_process_outlives_an_rl_or_ray_check_and_the_victim_lives(elsewhere: Elsewhere) -> None:
     assert elsewhere.leftovers == []
     assert elsewhere.verdicts[1].status not in CORRECT, elsewhere.verdicts[1].reasons
-    assert elsewhere.bystander_state not in ("gone", "T", "t")  # neither killed nor stopped
+    assert elsewhere.bystander_state in ("R", "S", "D"), elsewhere.bystander_state  # neither killed (Z: our child) nor stopped (T)
 
 
 def test_nothing_leaves_an_rl_or_ray_check(elsewhere: Elsewhere) -> None:
