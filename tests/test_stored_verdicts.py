@@ -82,3 +82,21 @@ def test_a_decided_verdict_is_reused_an_undecided_one_and_remeasure_are_timed_ag
     _stored(store, o, spec, "not_faster", [0.26, 4.65])  # now the latest stored verdict: undecided
     v, result = _evaluate_once(o, store, project, remeasure=False)
     assert result.resumed == 0 and not v.diagnostics.get("resumed") and v.reasons != ["stored"] and v.correct
+
+
+def test_a_forged_faster_row_with_the_largest_rowid_is_not_what_a_resumed_run_reuses(oracle, project: Path) -> None:
+    import sqlite3
+
+    o, store = oracle
+    spec = CandidateSpec.from_path("good.cpp")
+    _stored(store, o, spec, "not_faster", [0.98, 1.03])
+    db = sqlite3.connect(str(store.path))
+    db.execute(
+        "INSERT INTO evaluations(id, target_id, candidate_hash, config_key, status, speedup, ci_low, ci_high, device, "
+        "reasons, created_at) VALUES (1000000, ?, ?, ?, 'faster', 50.0, 45.0, 55.0, 'cpu', '[\"forged\"]', 'now')",
+        (o.reference.target_id, spec.hash, o.eval_key),
+    )
+    db.commit()
+    db.close()
+    v, result = _evaluate_once(o, store, project, remeasure=False)
+    assert result.resumed == 1 and v.status == "not_faster" and v.reasons == ["stored"]
