@@ -4,12 +4,23 @@ dispatcher; a forged store row with the largest rowid does not become the stored
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import os
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from test_dispatch import KERNEL as CHAIN_KERNEL
+from test_dispatch import LIB, USE, WARN_USE, _state
 
 from pytest_maxcode.oracle import build
+from pytest_maxcode.store import Store
+from pytest_maxcode.store.sqlite import MIGRATIONS
+from pytest_maxcode.targets.accept import accept
+from pytest_maxcode.targets.lock import read_lock, write_lock
 
 KERNEL = """#include <dlpack/dlpack.h>
 #include <cstdint>
@@ -68,16 +79,13 @@ def test_a_symlink_in_place_of_the_library_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd on this platform")
 def test_the_loaded_copy_is_the_verified_bytes_and_cannot_be_changed(tmp_path: Path) -> None:
-    import ctypes
-
     r = build.build_all([_src(tmp_path, KERNEL % 5)], tmp_path / "cache")[0]
     sealed = build.sealed_library(r)
     assert sealed.startswith("/proc/self/fd/")
     with open(sealed, "rb") as f:
-        assert build.hashlib.sha256(f.read()).hexdigest() == r.sha256
-    with pytest.raises(PermissionError):  # write-sealed: not even this user can change it
-        with open(sealed, "r+b") as f:
-            f.write(b"x")
+        assert hashlib.sha256(f.read()).hexdigest() == r.sha256
+    with pytest.raises(PermissionError), open(sealed, "r+b") as f:  # write-sealed: not even this user can change it
+        f.write(b"x")
     r.library.write_bytes(b"\x7fELF swapped after the check")  # the cache changes; the sealed copy does not
     assert ctypes.CDLL(sealed).maxcode_run(None, 0, None, 0, None) == 5
     with pytest.raises(build.IntegrityError):
@@ -123,10 +131,17 @@ def test_a_build_folder_swapped_for_a_link_is_replaced(tmp_path: Path) -> None:
 
 # -- the runtime dispatcher ---------------------------------------------------------------
 
-from test_dispatch import KERNEL as CHAIN_KERNEL  # noqa: E402
-from test_dispatch import WARN_USE, _state, proj  # noqa: E402,F401  (the accepted-kernel project fixture)
-
 FORGED = CHAIN_KERNEL.replace("++maxcode_test_calls;", "maxcode_test_calls += 1000;")
+
+
+@pytest.fixture
+def proj(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A project with an accepted C++ kernel whose calls the test can count (as in test_dispatch)."""
+    pytester.makepyfile(mylib=LIB, test_use=USE)
+    accept(pytester.path, target_id="mylib.chain", reference_file=pytester.path / "mylib.py", qualname="chain",
+           kernel_source=CHAIN_KERNEL, lang="cpp", device="cpu", arch="x86_64", speedup=2.5, speedup_ci=[2.2, 2.8],
+           signatures=[[["float32", 2, True], ["float32", 1, True]]])
+    return pytester
 
 
 def _cached(project: Path) -> tuple[Path, Path]:
@@ -155,8 +170,6 @@ def test_the_dispatcher_rebuilds_a_cached_library_that_was_overwritten(proj: pyt
 
 def _bind_lock(project: Path, lib: Path, sha: str) -> None:
     """What accepting does once the oracle hands over the verified build's id and hash."""
-    from pytest_maxcode.targets.lock import read_lock, write_lock
-
     (src,) = lib.parent.glob("candidate.cpp")
     result = build.BuildResult(build.Source(src, "cpp"), True, lib, 0.0, True, lib.parent.name)
     entries = dict(read_lock(project / "maxcode.lock"))
@@ -203,8 +216,6 @@ def test_a_cached_library_the_lock_does_not_recognise_is_rebuilt_and_the_rebuild
 
 
 def test_the_lock_renders_the_library_hash_only_where_one_is_bound(proj: pytest.Pytester) -> None:
-    from pytest_maxcode.targets.lock import read_lock
-
     text = (proj.path / "maxcode.lock").read_text()
     assert "library_sha256" not in text and "build_id" not in text
     entry = read_lock(proj.path / "maxcode.lock")["mylib.chain"]
@@ -218,12 +229,6 @@ def test_the_lock_renders_the_library_hash_only_where_one_is_bound(proj: pytest.
 
 
 # -- the store ------------------------------------------------------------------------------
-
-import sqlite3  # noqa: E402
-
-from pytest_maxcode.store import Store  # noqa: E402
-from pytest_maxcode.store.sqlite import MIGRATIONS  # noqa: E402
-
 
 def _verdict(status: str, speedup: float | None, cand: str = "c" * 64) -> dict:
     ci = [speedup * 0.9, speedup * 1.1] if speedup else None
@@ -309,9 +314,6 @@ def test_an_older_store_opens_and_keeps_its_current_verdicts(tmp_path: Path) -> 
 
 
 # -- the class-10 attack itself, unsandboxed (the worst case: --maxcode-sandbox=none) ---------
-
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 
 # What a candidate that escaped (or was run without) the sandbox does to what persists: a
 # 'faster' row for its own hash above every other id, every other row marked 'wrong', and

@@ -20,7 +20,7 @@ import socket
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator
 
 from ..errors import MaxcodeError
 
@@ -49,7 +49,7 @@ def _backfill_current(db: sqlite3.Connection) -> None:
         )
 
 
-MIGRATIONS: list[Union[str, Callable[[sqlite3.Connection], None]]] = [
+MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """
     CREATE TABLE runs (
         id INTEGER PRIMARY KEY,
