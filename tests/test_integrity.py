@@ -376,3 +376,37 @@ def test_a_row_forged_under_the_current_run_does_not_become_a_node_of_its_tree(t
         db.commit()
         db.close()
         assert [(r["candidate_hash"], r["status"]) for r in store.evaluations_without_nodes(run)] == [("c" * 64, "not_faster")]
+
+
+def test_a_compiler_run_sandboxed_can_write_only_its_own_build_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even a compromised compiler cannot reach another entry's library, the trusted records or the cache."""
+    from pytest_maxcode.oracle.isolation import resolve, works
+
+    if works("bwrap") is not None and works("unshare") is not None:
+        pytest.skip("this machine can make no namespaces (install bubblewrap)")
+    cache = tmp_path / "cache"
+    a = build.build_all([_src(tmp_path, KERNEL % 1, "a.cpp")], cache)[0]
+    root = cache / "native"
+    record = build.record_path(root, a.key)
+    record_text = record.read_text()
+    cc = root / "evil-cc.sh"  # inside the cache: the sandbox shows the cache, read-only
+    cc.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then exec g++ --version; fi\n'
+        f"echo pwned > '{a.library}' 2>/dev/null\n"
+        f"echo pwned > '{record}' 2>/dev/null\n"
+        f"echo pwned > '{root}/pwned' 2>/dev/null\n"
+        'exec g++ "$@"\n'
+    )
+    cc.chmod(0o755)
+    monkeypatch.setenv("MAXCODE_CXX", str(cc))
+    b = build.build_all([_src(tmp_path, KERNEL % 2, "b.cpp")], cache, isolation=resolve("auto"))[0]
+    assert b.ok, b.log
+    assert build.verified_library(a) == a.library and record.read_text() == record_text
+    assert not (root / "pwned").exists()
+    # the same script unsandboxed does write: the test's attack is real
+    monkeypatch.setenv("MAXCODE_CXX", str(cc))
+    build.build_all([_src(tmp_path, KERNEL % 3, "c.cpp")], cache)
+    assert (root / "pwned").exists()
+    with pytest.raises(build.IntegrityError):
+        build.verified_library(a)
