@@ -8,7 +8,7 @@ between two honest neighbours, through the real CLI (the path that writes
 - none is called correct-and-faster;
 - none leaves a process running, or a file outside its job folder;
 - the store's rows, the reference and the cached builds are what the trusted side wrote;
-- the honest neighbours still get correct verdicts;
+- the honest neighbours still get correct verdicts, and a really faster one is still "faster";
 - a fake secret in the environment of every ancestor (this process, the maxcode process)
   reaches no exfiltration path, and no connection reaches a listener on 127.0.0.1.
 
@@ -65,6 +65,7 @@ BATCH = [
     "c09_resource_limits.cpp",
     "c11_narrow_inputs.cpp",
     "c10_persistent_forgery.py",  # after the others, so the store holds rows of this run to forge
+    "honest_fast.cpp",  # the positive control: a real speedup is still seen after every attacker
     "honest.cpp",
 ]
 CHECK_ARGS = ["--json", "--time-budget", "0.3", "--timeout", "30", "--max-memory", "256M"]
@@ -304,6 +305,12 @@ def test_the_honest_neighbours_are_checked_and_correct(scene: Scene) -> None:
     for v in (first, last):
         assert v["status"] in CORRECT, v["reasons"]
         assert v["speedup_ci"][0] <= v["speedup"] <= v["speedup_ci"][1]
+
+
+def test_the_oracle_still_sees_a_real_speedup(scene: Scene) -> None:
+    # without this, an attacker's "not faster" could mean the oracle lost the ability to see a speedup
+    v = scene.by_name("honest_fast.cpp")
+    assert v["status"] == "faster", (v["status"], v["reasons"])
 
 
 @pytest.mark.parametrize(
