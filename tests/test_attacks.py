@@ -57,6 +57,7 @@ BATCH = [
     "honest.cpp",
     "c01_clock.cpp",
     "c02_forge_channel.cpp",
+    "c02_forge_channel_compat.py",
     "c03_lazy_pages.cpp",
     "c04_input_cache.cpp",
     "c05_sabotage.cpp",
@@ -80,6 +81,7 @@ def _xfail(defence: str) -> pytest.MarkDecorator:
 NOT_FASTER: dict[str, str | None] = {
     "c01_clock.cpp": "the clock is in the process that loaded the candidate (trusted-side clock over shared memory)",
     "c02_forge_channel.cpp": "messages are not validated against the protocol (timing accepted before any correctness set)",
+    "c02_forge_channel_compat.py": "messages are not validated against the protocol (timing accepted before any correctness set)",
     "c03_lazy_pages.cpp": "outputs are read after the timed interval (reads inside it, checked by the trusted side)",
     "c04_input_cache.cpp": "timed calls reuse three fixed input sets (fresh inputs per round)",
     "c05_sabotage.cpp": "the candidate's threads run while the reference is timed (candidate frozen)",
