@@ -105,6 +105,14 @@ def test_a_tampered_cache_entry_is_rebuilt_not_reused(tmp_path: Path) -> None:
     assert third.cached and third.sha256 == again.sha256 and not third.integrity
 
 
+def test_a_library_merely_gone_is_rebuilt_without_an_alarm(tmp_path: Path) -> None:
+    src = _src(tmp_path, KERNEL % 0)
+    first = build.build_all([src], tmp_path / "cache")[0]
+    first.library.unlink()
+    again = build.build_all([src], tmp_path / "cache")[0]
+    assert again.ok and not again.cached and again.integrity == "" and again.sha256 == first.sha256
+
+
 def test_a_library_without_a_trusted_record_is_not_trusted(tmp_path: Path) -> None:
     """An entry whose record is gone (or was never written: an older cache) is built again."""
     src = _src(tmp_path, KERNEL % 0)

@@ -304,7 +304,8 @@ def build_all(
             try:
                 verify_artifact(lib, rec.sha256)
             except IntegrityError as e:
-                res.integrity = f"the cached library was discarded and rebuilt: {e.reason}"
+                if lib.exists() or lib.is_symlink():  # a library merely gone (a cleaned cache) is no alarm
+                    res.integrity = f"the cached library was discarded and rebuilt: {e.reason}"
             else:
                 res.ok, res.library, res.cached, res.sha256 = True, lib, True, rec.sha256
                 res.compile_s, res.command = rec.compile_s, rec.command or command
