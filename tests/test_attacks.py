@@ -486,10 +486,10 @@ def via_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Elsewhere]:
     from pytest_maxcode.oracle.reference import ReferenceSpec
 
     started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
     def run(root: Path, sources: list[Path]) -> list[Verdict]:
+        if started:  # here, so Ray's own processes (the candidates' ancestors) hold the secret too
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         specs = [CandidateSpec.from_path(p) for p in sources]
         ref = ReferenceSpec("module", root / "ref.py", "Model")
         with RayOracle(ref, CheckConfig(time_budget=0.3, timeout=30), root, candidates_hint=specs, actors=1) as pool:
