@@ -187,13 +187,10 @@ def tree_hashes(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
     return out
 
 
-def evaluation_rows(db: Path) -> dict[int, tuple]:
+def evaluation_rows(db: Path) -> dict[int, str]:
+    """Every stored evaluation, whole (id -> its row as canonical JSON)."""
     with Store(db) as store:
-        return {int(r["id"]): tuple(r[k] for k in sorted(r)) for r in _raw_rows(store)}
-
-
-def _raw_rows(store: Store) -> list[dict[str, Any]]:
-    return [dict(r) for r in store.db.execute("SELECT * FROM evaluations ORDER BY id")]
+        return {int(r["id"]): json.dumps(r, sort_keys=True) for r in store.evaluations()}
 
 
 def range_limited(v: dict[str, Any]) -> bool:
@@ -220,8 +217,8 @@ class Scene:
     leftovers: list[int]
     project_before: dict[str, str]
     project_after: dict[str, str]
-    rows_before: dict[int, tuple]
-    rows_after: dict[int, tuple]
+    rows_before: dict[int, str]
+    rows_after: dict[int, str]
     target_id: str
     forger_hash: str
     spills: list[Path] = field(default_factory=list)
@@ -362,7 +359,7 @@ def test_the_store_holds_only_what_the_trusted_side_wrote(scene: Scene) -> None:
     new = [i for i in after if i not in before]
     assert len(new) == len(scene.verdicts) == len(BATCH)
     with Store(scene.project / ".maxcode" / "maxcode.db") as store:
-        rows = {int(r["id"]): r for r in _raw_rows(store)}
+        rows = {int(r["id"]): r for r in store.evaluations()}
         statuses = [rows[i]["status"] for i in sorted(new)]
         assert statuses == [v["status"] for v in scene.verdicts]
         key = rows[max(new)]["config_key"]
