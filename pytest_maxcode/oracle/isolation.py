@@ -66,6 +66,8 @@ class Limits:
     pids: int | None = 256
     file_size: int | None = 1 << 30
     cpu_seconds: int | None = None
+    #: a freezer cgroup, so the trusted side can stop everything inside while it times the reference
+    freezable: bool = False
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ def _hidden_by_tmpfs(paths: Sequence[Path]) -> list[Path]:
 
 @functools.lru_cache(maxsize=None)
 def _cgroup_roots() -> tuple[tuple[str, Path], ...]:
-    """(controller, this process's writable cgroup folder) for memory and pids, v1 or v2."""
+    """(controller, this process's writable cgroup folder) for memory, pids and freezer, v1 or v2."""
     out: list[tuple[str, Path]] = []
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -206,9 +208,11 @@ def _cgroup_roots() -> tuple[tuple[str, Path], ...]:
             for c in ("memory", "pids"):
                 if c in enabled and os.access(base, os.W_OK):
                     out.append((c, base))
+            if os.access(base, os.W_OK):
+                out.append(("freezer", base))  # v2: every cgroup but the root can be frozen
             continue
         for c in controllers.split(","):
-            if c in ("memory", "pids"):
+            if c in ("memory", "pids", "freezer"):
                 base = Path("/sys/fs/cgroup") / c / rel.lstrip("/")
                 if os.access(base, os.W_OK):
                     out.append((c, base))
@@ -226,14 +230,16 @@ class Cgroups:
         made = cls()
         name = f"maxcode-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         for controller, base in _cgroup_roots():
-            value = limits.memory if controller == "memory" else limits.pids
+            value = {"memory": limits.memory, "pids": limits.pids, "freezer": limits.freezable or None}[controller]
             if value is None:
                 continue
             folder = base / name
             try:
-                folder.mkdir()
+                folder.mkdir(exist_ok=True)  # v2: one folder serves every controller
                 v2 = (folder / "memory.max").exists() or (folder / "cgroup.type").exists()
-                if controller == "memory":
+                if controller == "freezer":
+                    pass  # nothing to set: the folder is what gets frozen
+                elif controller == "memory":
                     (folder / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(value))
                     if not v2 and (folder / "memory.memsw.limit_in_bytes").exists():
                         (folder / "memory.memsw.limit_in_bytes").write_text(str(value))
@@ -250,8 +256,43 @@ class Cgroups:
     def join_commands(self) -> list[str]:
         return [f"echo $$ > '{folder / 'cgroup.procs'}'" for folder in self.folders.values()]
 
+    @property
+    def freezable(self) -> bool:
+        return "freezer" in self.folders
+
+    def freeze(self, frozen: bool = True, timeout: float = 5.0) -> bool:
+        """Stop (or resume) every process inside at once; True when the kernel confirms it.
+
+        A frozen process cannot run, whatever threads or children it made, so nothing of a
+        candidate runs while the reference is timed or its outputs are read.
+        """
+        folder = self.folders.get("freezer")
+        if folder is None:
+            return False
+        v2 = (folder / "cgroup.freeze").exists()
+        try:
+            if v2:
+                (folder / "cgroup.freeze").write_text("1" if frozen else "0")
+            else:
+                (folder / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+        except OSError:
+            return False
+        want = ("frozen 1" if frozen else "frozen 0") if v2 else ("FROZEN" if frozen else "THAWED")
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                text = (folder / ("cgroup.events" if v2 else "freezer.state")).read_text()
+            except OSError:
+                return False
+            if want in text.splitlines() or (not v2 and text.strip() == want):
+                return True
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.0001)
+
     def kill_all(self) -> None:
         """Kill whatever is still inside (a process that left the PID namespace cannot leave these)."""
+        self.freeze(False)  # a frozen process does not die until it is thawed
         for folder in self.folders.values():
             for _ in range(50):
                 try:
