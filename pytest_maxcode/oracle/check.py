@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import stat as stat_mod
@@ -26,7 +27,10 @@ from . import build as build_mod
 from .compare import compare, weak_reasons
 from . import isolation as isolation_mod
 from .isolation import Isolation, Limits, resolve
-from .pool import WORKER, ChildGone, JobTimeout, WorkerSetupError, Zygote
+from . import timing
+from .pool import WORKER, ChildGone, Job, JobTimeout, WorkerFailed, WorkerSetupError, Zygote
+from .protocol import ProtocolError
+from .remote import _maxcode_shm as shm
 from .reference import ReferenceSpec
 from .verdict import Verdict, undecided
 
@@ -35,7 +39,8 @@ GiB = 1 << 30
 CALLGRIND_SHIM = Path(__file__).parent / "remote" / "_maxcode_callgrind.cpp"
 #: bumped when the decision rule changes, so verdicts stored under the old rule are not reused;
 #: 2: a timed "faster" is confirmed by a second measurement in a fresh worker
-VERDICT_RULE = 2
+#: 3: timed by the trusted side over shared memory, every timed output checked, fresh inputs
+VERDICT_RULE = 3
 VALGRIND_SLOWDOWN = 50.0  # time limits stretch by this much when the worker runs under valgrind
 
 
@@ -48,7 +53,9 @@ class CheckConfig:
     timeout: float = 60.0
     build_timeout: float = 300.0
     max_memory: int | None = 4 * GiB
-    seed: int = 0
+    #: seed of the generated input sets and the model's initialisation; None: a random one per
+    #: oracle, recorded in every verdict (``--seed`` reproduces it)
+    seed: int | None = None
     n_seeds: int = 3
     time_budget: float = 0.5
     min_rounds: int = 15
@@ -63,7 +70,9 @@ class CheckConfig:
 
     def key(self) -> str:
         """What changes a verdict: evaluations under another key are not reused."""
-        parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "seed", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace")}
+        parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace")}
+        if self.seed is not None:  # a chosen seed is a different experiment; random ones are interchangeable
+            parts["seed"] = self.seed
         parts["rule"] = VERDICT_RULE
         if self.sandbox != "auto":  # a verdict taken with a weaker sandbox is not reused by a stronger one
             parts["sandbox"] = self.sandbox
@@ -104,6 +113,11 @@ class Workload:
     weak: list[str] = field(default_factory=list)
     returns: str | None = None  # in-place targets: "none" or "argN"
     flops: int = 0  # per reference call, as torch's flop counter sees it (0: elementwise only)
+    #: the call's layout in shared memory: one input set's tensor facts and the outputs' (shape, dtype)
+    in_meta: list[Any] = field(default_factory=list)
+    out_meta: list[Any] = field(default_factory=list)
+    #: timed rounds draw fresh inputs (the reference accepted every generated set), else the pool
+    fresh: bool = True
 
     @property
     def out_bytes(self) -> int:
@@ -137,13 +151,17 @@ class Oracle:
     ) -> None:
         self.reference = reference
         self.config = config
-        self.root = root
-        self.cache_dir = root / ".maxcode" / "build"
+        self.root = Path(root).resolve()  # the sandbox mounts by absolute path
+        self.cache_dir = self.root / ".maxcode" / "build"
         self.store = store
         self.run_id = run_id
         self.progress = progress or (lambda _msg: None)
         self.device = config.device or ("cuda" if any(c.lang == "cuda" for c in candidates_hint) else "cpu")
+        #: candidates run here; the reference (its inputs, expected outputs, timed calls) runs in
+        #: a sandbox of its own, which no candidate can see, signal or slow
         self.zygote: Zygote | None = None
+        self.ref_zygote: Zygote | None = None
+        self._ref_server: Job | None = None
         self.workload_specs = list(workloads) if workloads else None
         #: evaluations under the same key are interchangeable (the loop resumes from them)
         self.eval_key = config.key()
@@ -158,6 +176,10 @@ class Oracle:
             self._slowdown = VALGRIND_SLOWDOWN
         self._builds: tuple[list[CandidateSpec], Future] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maxcode-build")
+        #: this oracle's seed: inputs, model initialisation; random unless given, always recorded
+        self.seed = config.seed if config.seed is not None else secrets.randbelow(2**31 - 1)
+        #: threads each side may use while timed: all cores but the timer's
+        self.threads = max(1, (os.cpu_count() or 1) - 1)
         self.isolation = resolve(config.sandbox)
         self._worker_limits = self._sandbox_limits()
         warning = sandbox_warning(self.isolation)
@@ -180,7 +202,7 @@ class Oracle:
             missing.append("no writable memory cgroup: memory is limited per candidate by RLIMIT_DATA only "
                            "(CUDA and valgrind reserve more address space than RLIMIT_AS allows)")
             self.isolation = replace(self.isolation, missing=tuple(missing))
-        return Limits(memory=memory, pids=pids, file_size=2 * GiB)
+        return Limits(memory=memory, pids=pids, file_size=2 * GiB, freezable=True)
 
     def _check_instruction_timer(self, candidates: Sequence[CandidateSpec]) -> None:
         if shutil.which("valgrind") is None:
@@ -238,9 +260,11 @@ class Oracle:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
-        if self.zygote is not None:
-            self.zygote.close()
-            self.zygote = None
+        self._stop_reference_server()
+        for z in (self.zygote, self.ref_zygote):
+            if z is not None:
+                z.close()
+        self.zygote = self.ref_zygote = None
         self._inputs_path = None
         self._cg_dir = None
         if self.scratch is not None:
@@ -251,7 +275,7 @@ class Oracle:
         c = self.config
         return {
             "device": self.device,
-            "model_seed": c.seed,
+            "model_seed": self.seed,
             "max_memory": c.max_memory,
             "cpu_seconds": int((c.timeout * self._slowdown + c.build_timeout) * (os.cpu_count() or 1)) + 10,
             "max_file_bytes": 2 * GiB,
@@ -280,6 +304,10 @@ class Oracle:
             self._compat_stage = job_dir / "compat"
         self.zygote = Zygote(ref, cwd=self.root, isolation=self.isolation, job_dir=job_dir, readable=readable,
                              devices=devices, limits=self._worker_limits, mounts=mounts)
+        ref_dir = scratch / "reference"
+        ref_dir.mkdir()
+        self.ref_zygote = Zygote(ref, cwd=self.root, isolation=self.isolation, job_dir=ref_dir, readable=readable,
+                                 devices=devices, limits=replace(self._worker_limits, freezable=False))
         self._timer_job: dict[str, Any] = {"timer": self.config.timer}
         if self.config.timer == "instructions":
             cg_dir = self._cg_dir = job_dir / "callgrind"
@@ -292,9 +320,21 @@ class Oracle:
             self.zygote.wrapper = self._callgrind_wrapper(cg_dir)
             # one thread: a waiting thread's spin loop would otherwise count as work
             self.zygote.env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
-            self._timer_job.update(callgrind_shim=str(shim.library), callgrind_dir=str(cg_dir))
+            self._timer_job.update(callgrind_shim=str(build_mod.verified_library(shim)), callgrind_dir=str(cg_dir))
             self.progress("starting the worker under valgrind (uninstrumented until the first measured call; importing torch there takes 20 s or more)")
+        # one core stays free for the trusted timer: a server whose threads had to share it
+        # would wait a time slice for the timer (or the timer for it) inside the measurement
+        threads = str(self.threads)
+        for z in (self.zygote, self.ref_zygote):
+            # fixed allocator thresholds: glibc's adaptive ones depend on each process's history,
+            # and a server whose large tensors come from fresh mmaps pays page faults on every call
+            z.env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
+                         MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 30))
         self.zygote.launch()  # its torch import overlaps with ours
+        if self.config.timer == "time":
+            self.ref_zygote.launch()
+        else:
+            self.ref_zygote = None  # instruction counts are taken in the candidate's worker (not yet split)
         import torch
 
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -303,14 +343,18 @@ class Oracle:
                 raise MaxcodeError("--device cuda: no CUDA device is available on this machine; use --device cpu")
             self.device = "cpu"  # CUDA candidates are still compiled, and reported as such
         try:
-            self.zygote.wait_ready(timeout=120.0 * self._slowdown)
+            for z in (self.zygote, self.ref_zygote):
+                if z is not None:
+                    z.wait_ready(timeout=120.0 * self._slowdown)
         except WorkerSetupError as e:
             raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
-        seeds = [self.config.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
+        seeds = [self.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
         specs = self.workload_specs or [{"name": "default"}]
         # every workload: its captured sets (if any), then seeded random ones; written in the
         # worker's job folder, then moved where candidates cannot rewrite them
-        written, expected_path = job_dir / "inputs.pt", job_dir / "expected.pt"
+        ref_zygote = self.ref_zygote or self.zygote
+        written_dir = ref_dir if self.ref_zygote is not None else job_dir
+        written, expected_path = written_dir / "inputs.pt", written_dir / "expected.pt"
         inputs_path = scratch / "inputs.pt"
         job = dict(
             self._limits(),
@@ -322,8 +366,9 @@ class Oracle:
         # the inputs file stays until close(), so a replaced zygote can load it again
         self._inputs_path = inputs_path
         try:
-            self._run_reference(job)
+            self._run_reference(ref_zygote, job)
             os.replace(written, inputs_path)
+            pools = {w["name"]: w["sets"] for w in torch.load(inputs_path, weights_only=True)}
             for w in torch.load(expected_path, weights_only=True):
                 returns = w.get("returns")
                 wl = Workload(w["name"], w["expected"], int(w["in_bytes"]), returns=returns and returns.split(":")[0],
@@ -332,6 +377,9 @@ class Oracle:
                 if returns and returns.endswith(":unchanged"):
                     wl.weak.append("the in-place reference left its arguments unchanged on the first input set")
                 rejected, generated = int(w.get("rejected") or 0), int(w.get("generated") or 0)
+                wl.in_meta = shm.tensor_meta(pools[wl.name][0])
+                wl.out_meta = [] if self.config.inplace else [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in wl.expected[0]]
+                wl.fresh = rejected == 0
                 if rejected and rejected == generated:
                     wl.weak.append("the reference rejected every generated input set: only the captured ones check candidates")
                 elif rejected:
@@ -339,26 +387,48 @@ class Oracle:
                 self.workloads.append(wl)
         finally:
             expected_path.unlink(missing_ok=True)
-        self.zygote.load_inputs(str(inputs_path))
+        for z in (self.zygote, self.ref_zygote):
+            if z is not None:
+                z.load_inputs(str(inputs_path))
 
-    def _run_reference(self, job: dict[str, Any]) -> None:
-        assert self.zygote is not None
-        child = self.zygote.spawn(job, timeout=self.config.timeout * self._slowdown + self.config.build_timeout, max_message=1 << 20)
-        result: tuple | None = None
+    def _run_reference(self, zygote: Zygote, job: dict[str, Any]) -> None:
+        child = zygote.spawn(job, timeout=self.config.timeout * self._slowdown + self.config.build_timeout, max_message=1 << 20)
+        why = ""
         try:
-            for msg in child.messages():
-                result = msg
-                break
+            child.expect("reference")
         except JobTimeout:
             child.kill()
             raise MaxcodeError(f"reference {self.reference.path.name}: did not finish within {self.config.timeout:.0f} s") from None
-        except ChildGone:
-            pass
+        except WorkerFailed as e:
+            why = str(e)
+        except (ChildGone, ProtocolError):
+            why = f"the worker exited ({child.exit_code})"
         finally:
             child.finish()
-        if result is None or result[0] != "reference":
-            why = result[2] if result and result[0] == "error" else f"the worker exited ({child.exit_code})"
+        if why:
             raise MaxcodeError(f"reference {self.reference.path.name}: failed: {why}")
+
+    def _reference_server(self) -> Job:
+        """The reference's serving process (one per oracle, replaced if it died)."""
+        assert self.ref_zygote is not None
+        if self._ref_server is not None and self._ref_server.exit_code is None and self.ref_zygote.alive:
+            return self._ref_server
+        self._stop_reference_server()
+        job = dict(self._limits(), kind="serve_reference")
+        server = self.ref_zygote.spawn(job, timeout=self.config.timeout, max_message=1 << 20)
+        server.expect("serving")
+        self._ref_server = server
+        return server
+
+    def _stop_reference_server(self) -> None:
+        server, self._ref_server = self._ref_server, None
+        if server is None or server.exit_code is not None:
+            return
+        try:
+            server.send("finish")
+        except OSError:
+            pass
+        server.finish()
 
     # -- checking ---------------------------------------------------------------------
 
@@ -398,12 +468,17 @@ class Oracle:
     def _evaluate(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> Verdict:
         v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang,
                     sandbox=self.isolation.describe())
+        v.diagnostics["seed"] = self.seed
+        v.diagnostics["threads"] = self.threads
         weak = [r for w in self.workloads for r in w.weak]
         if weak:
             v.weak_check = True
         if built is not None:
             v.compile_s = round(built.compile_s, 4)
-            v.diagnostics["build"] = {"cached": built.cached, "command": " ".join(built.command)}
+            v.diagnostics["build"] = {"cached": built.cached, "command": " ".join(built.command), "sha256": built.sha256,
+                                      "build_id": build_mod.build_id(built)}
+            if built.integrity:
+                v.diagnostics["build"]["integrity"] = built.integrity
             if not built.ok:
                 v.status = "compile_error"
                 v.reasons = built.errors or ["the build failed"]
@@ -414,6 +489,18 @@ class Oracle:
         if cand.lang == "cpp" and self.device == "cuda":
             v.reasons = ["a .cpp candidate runs on the CPU; check it with --device cpu"]
             return v
+        if self.config.timer == "instructions" and built is not None and built.library is not None:
+            from . import scan
+
+            try:
+                findings = scan.client_request_findings(build_mod.verified_library(built))
+            except build_mod.IntegrityError as e:
+                findings = [str(e)]
+            if findings:  # it could switch the instruction counter off around its own work
+                v.status = "rejected"
+                v.reasons = [f"--timer instructions: {f}" for f in findings[:3]]
+                v.diagnostics["scan"] = findings
+                return v
         self._run(cand, built, v)
         if v.status == "faster" and self.config.timer == "time":
             v = self._confirm(cand, built, v)
@@ -437,7 +524,8 @@ class Oracle:
         c = self.config
         assert self.scratch is not None
         compat_dir = self.cache_dir / "compat" / cand.hash[:16]
-        path = str(built.library) if built is not None else str(cand.path.resolve())
+        # checked against the hash the trusted side recorded when it built it (IntegrityError if not)
+        path = str(build_mod.verified_library(built)) if built is not None else str(cand.path.resolve())
         if cand.format == "compat":
             if self._compat_stage is not None:
                 # a fresh copy of this candidate's cached build: nothing an earlier candidate left there
@@ -473,47 +561,69 @@ class Oracle:
         start = time.monotonic()
         timeout = c.timeout * self._slowdown
         first_timeout = timeout + (c.build_timeout if cand.format == "compat" else 0)
-        child = self.zygote.spawn(self._job(cand, built), timeout=first_timeout, max_message=max_message)
+        try:
+            job = self._job(cand, built)
+        except build_mod.IntegrityError as e:
+            v.status, v.reasons = "rejected", [str(e)]
+            return
+        child = self.zygote.spawn(job, timeout=first_timeout, max_message=max_message)
         timings: dict[str, tuple[list[int], list[int], int]] = {}
         finished = False
+        # the order the protocol allows: every correctness set, then timing, then "done"
+        due = [(w.name, i) for w in self.workloads for i in range(len(w.expected))]
+        timed = False
         try:
-            for msg in child.messages():
-                kind = msg[0]
-                if kind == "loaded":
+            for ev in child.messages():
+                name, kw = ev.name, ev.kwargs
+                if name == "loaded":
                     if cand.format == "compat":
-                        v.compile_s = round(float(msg[1]), 4)
+                        v.compile_s = round(float(kw["load_s"]), 4)
                     child.deadline = time.monotonic() + timeout
-                elif kind == "outputs":
-                    w = by_name[msg[1]]
-                    mismatch = compare(w.expected[msg[2]], msg[3], c.atol, c.rtol)
+                elif name == "outputs":
+                    if not due or (kw["workload"], kw["set"]) != due[0]:
+                        raise ProtocolError(f"outputs for {kw['workload']!r} set {kw['set']} out of turn")
+                    due.pop(0)
+                    w = by_name[kw["workload"]]
+                    mismatch = compare(w.expected[kw["set"]], kw["outputs"], c.atol, c.rtol)
                     if mismatch is not None:
                         v.status = "wrong"
-                        v.reasons = [f"input set {msg[2]}: {mismatch.line()}"]
-                        v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=msg[2])
+                        v.reasons = [f"input set {kw['set']}: {mismatch.line()}"]
+                        v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=kw["set"])
                         child.send("stop")
                         break
                     child.send("ok")
-                elif kind == "timing":
-                    w = by_name[msg[1]]
-                    for set_idx, outs in msg[5]:
-                        mismatch = compare(w.expected[set_idx], outs, c.atol, c.rtol)
+                elif name == "serving" and not due and not timed and c.timer == "time":
+                    timed = True
+                    if not self._time(child, v, timings):
+                        break
+                    child.send("finish")
+                elif name == "counts" and not due and c.timer == "instructions" and kw["workload"] in by_name:
+                    w = by_name[kw["workload"]]
+                    for set_idx, outs in kw["rechecks"]:
+                        mismatch = compare(w.expected[set_idx], outs, c.atol, c.rtol) if 0 <= set_idx < len(w.expected) else None
                         if mismatch is not None:
                             v.status = "wrong"
-                            v.reasons = [f"a timed call on input set {set_idx} gave a wrong result: {mismatch.line()}"]
+                            v.reasons = [f"a counted call on input set {set_idx} gave a wrong result: {mismatch.line()}"]
                             v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=set_idx, timed=True)
                             break
                     if v.status == "wrong":
                         break
-                    timings[msg[1]] = (list(msg[2]), list(msg[3]), int(msg[4]))
-                elif kind == "error":
-                    v.status = str(msg[1])
-                    v.reasons = [str(msg[2])]
-                    if len(msg) > 3 and msg[3]:
-                        v.diagnostics["traceback"] = str(msg[3])
+                    timings[w.name] = (list(kw["reference"]), list(kw["candidate"]), 1)
+                elif name == "error":
+                    v.status = str(kw["status"])
+                    v.reasons = [str(kw["message"])]
+                    if kw["detail"]:
+                        v.diagnostics["traceback"] = str(kw["detail"])
                     break
-                elif kind == "done":
+                elif name == "done" and not due and len(timings) == len(self.workloads):
                     finished = True
                     break
+                else:
+                    raise ProtocolError(f"'{name}' out of turn")
+        except ProtocolError as e:
+            child.kill()
+            v.status = "rejected"
+            v.reasons = [f"broke the worker protocol: {e}"]
         except JobTimeout as e:
             child.kill()
             v.status = "timeout"
@@ -552,6 +662,39 @@ class Oracle:
             v.reasons.append(f"the memory limit was {c.max_memory / GiB:.3g} GiB (--max-memory)")
         if finished and not v.reasons:
             self._score(v, timings)
+
+    def _time(self, child: Job, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> bool:
+        """Time every workload from this process (the trusted clock); False when that ended the verdict."""
+        assert self.zygote is not None
+        c = self.config
+        cfg = timing.TimingConfig(time_budget=c.time_budget, min_rounds=c.min_rounds, max_rounds=c.max_rounds,
+                                  min_speedup=c.min_speedup, atol=c.atol, rtol=c.rtol, inplace=c.inplace,
+                                  device=self.device)
+        checked = 0
+        for w in self.workloads:
+            child.stage = f"time {w.name}"
+            try:
+                server = self._reference_server()
+                server.deadline = child.deadline
+                t = timing.time_workload(w.name, server, child, self.zygote.freeze, w.in_meta, w.out_meta,
+                                         len(w.expected), w.fresh, cfg, lambda: child.deadline)
+            except timing.TimingRejected as e:
+                v.status, v.reasons = e.status, [str(e)]
+                if e.details:
+                    v.diagnostics["mismatch"] = e.details
+                return False
+            except timing.ReferenceFailed as e:
+                self._stop_reference_server()
+                v.status, v.reasons = "runtime_error", [f"the reference failed while being timed: {e}"]
+                return False
+            finally:
+                self.zygote.freeze(False)
+            timings[w.name] = (t.reference_ns, t.candidate_ns, t.calls_per_sample)
+            checked += t.checked_calls
+            if t.notes:
+                v.diagnostics.setdefault("timing_notes", []).extend(t.notes)
+        v.diagnostics["timed_calls_checked"] = checked
+        return True
 
     def _score(self, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> None:
         from . import probe, stats
@@ -597,7 +740,30 @@ class Oracle:
                     d["achieved_flops_per_s"] = w.flops / max(d["candidate"]["median_s"], 1e-12)
                     d["flops_fraction"] = d["achieved_flops_per_s"] / self._flops
             v.diagnostics["machine_flops_per_s"] = self._flops
+        why = self._implausible(wl_diag)
+        if why:
+            v.status, v.reasons = "rejected", [why]
+            return
         self._decide(v, sp)
+
+    def _implausible(self, wl_diag: dict[str, dict[str, Any]]) -> str | None:
+        """A call faster than this machine's memory can feed it (by a clear margin) is not believed.
+
+        Checked on the fastest sample, so faking only some samples does not slip under it.
+        The FLOP roof is not applied: the reference's counted FLOPs are no floor for a
+        correct rewrite (reassociation, algebra), so it stays a diagnostic.
+        """
+        from . import plausible, probe
+
+        cache = probe.cache_bytes(self.device)
+        for w in self.workloads:
+            d = wl_diag[w.name]
+            why = plausible.roof_violation(bytes_per_call=w.bytes_per_call(), flops_per_call=0,
+                                           seconds_per_call=d["candidate"]["min_s"], bandwidth_Bps=self._bandwidth,
+                                           flops_per_s=None, cache_bytes=cache)
+            if why:
+                return f"physically implausible on {w.name}: {why}"
+        return None
 
     def _score_instructions(self, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> None:
         from . import stats
@@ -652,7 +818,7 @@ def second_measurement(first: Verdict) -> Verdict:
     again = Verdict(first.candidate, "runtime_error", hash=first.hash, format=first.format, lang=first.lang,
                     sandbox=first.sandbox)
     again.compile_s, again.weak_check = first.compile_s, first.weak_check
-    again.diagnostics = {k: v for k, v in first.diagnostics.items() if k == "build"}
+    again.diagnostics = {k: v for k, v in first.diagnostics.items() if k in ("build", "seed", "threads")}
     return again
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .isolation import Isolation, Limits, Sandboxed, prepare
+from .protocol import Event, ProtocolError, validate
 from .sandbox import scrubbed_env
 
 WORKER = Path(__file__).parent / "remote" / "_maxcode_worker.py"
@@ -39,6 +40,15 @@ class JobTimeout(Exception):
 
 class ChildGone(Exception):
     """The child closed its channel: it exited or was killed."""
+
+
+class WorkerFailed(Exception):
+    """The worker reported an error event where another event was due."""
+
+    def __init__(self, status: str, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
 
 
 class CappedReader(threading.Thread):
@@ -74,11 +84,16 @@ class CappedReader(threading.Thread):
         return self.kept.decode(errors="replace")
 
 
-def load_child_message(data: bytes) -> tuple:
-    """Child messages are torch.save bytes loaded with weights_only: data, never code."""
+def load_child_message(data: bytes) -> Event:
+    """Child messages are torch.save bytes loaded with weights_only (data, never code),
+    then validated against the protocol."""
     import torch
 
-    return tuple(torch.load(io.BytesIO(data), weights_only=True))
+    try:
+        msg = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever the bytes are, they are not an event
+        raise ProtocolError(f"a message that does not load as data ({type(e).__name__})") from None
+    return validate(msg)
 
 
 @dataclass
@@ -99,7 +114,7 @@ class Job:
     def send(self, *msg: Any) -> None:
         self.conn.send(msg)
 
-    def recv(self, deadline: float | None = None) -> tuple:
+    def recv(self, deadline: float | None = None) -> Event:
         end = self.deadline if deadline is None else deadline
         remaining = end - time.monotonic()
         if remaining <= 0 or not self.conn.poll(remaining):
@@ -109,18 +124,35 @@ class Job:
         except (EOFError, OSError):
             raise ChildGone(self.stage) from None
         msg = load_child_message(data)
-        if msg and msg[0] == "stage":
-            self.stage = str(msg[1])
+        if msg.name == "stage":
+            self.stage = str(msg.kwargs["what"])
         return msg
 
-    def messages(self) -> Iterator[tuple]:
+    def messages(self) -> Iterator[Event]:
         while True:
             msg = self.recv()
-            if msg[0] != "stage":
+            if msg.name != "stage":
                 yield msg
+
+    def event(self, timeout: float | None = None) -> Event:
+        """The next event other than a progress note."""
+        while True:
+            msg = self.recv(None if timeout is None else time.monotonic() + timeout)
+            if msg.name != "stage":
+                return msg
+
+    def expect(self, name: str, timeout: float | None = None) -> Event:
+        """The next event, which must be ``name``: a worker's error is raised as WorkerFailed."""
+        msg = self.event(timeout)
+        if msg.name == name:
+            return msg
+        if msg.name == "error":
+            raise WorkerFailed(str(msg.kwargs["status"]), str(msg.kwargs["message"]), str(msg.kwargs["detail"]))
+        raise ProtocolError(f"'{msg.name}' where '{name}' was due")
 
     def kill(self) -> None:
         """Kill the child's process group; if it cannot be found from here, the whole sandbox."""
+        self.zygote.freeze(False)  # a frozen process does not die until it runs again
         pid = self.zygote.host_pid(self.pid)
         if pid is None:
             self.zygote.kill_sandbox()
@@ -333,6 +365,24 @@ class Zygote:
                 continue
         return None
 
+    def freeze(self, frozen: bool) -> None:
+        """Stop (or resume) every process of this sandbox: its freezer cgroup, else SIGSTOP/SIGCONT.
+
+        The trusted side freezes the candidates' sandbox whenever it is not serving a timed
+        call: nothing of it can run while the reference is timed or its outputs are read.
+        """
+        if self._box is not None and self._box.cgroups.freeze(frozen):
+            return
+        if self.proc is None:
+            return
+        sig = signal.SIGSTOP if frozen else signal.SIGCONT
+        for _ in range(3 if frozen else 1):  # a fork between listing and stopping is caught next pass
+            for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+
     def kill_sandbox(self) -> None:
         """Kill the sandbox's root: its PID namespace, and every process in it, goes with it."""
         if self.proc is not None:
@@ -342,6 +392,7 @@ class Zygote:
                 pass
 
     def close(self) -> None:
+        self.freeze(False)
         if self._running is not None:
             self._running.kill()
             self._running = None

@@ -24,9 +24,7 @@ import gc  # noqa: E402
 import importlib.util  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
-import random  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
@@ -56,11 +54,12 @@ def _recv_ctl(sock: socket.socket) -> tuple[list, list[int]]:
     return json.loads(data), fds
 
 
-def _send_child(conn: Connection, *msg: object) -> None:
+def _send_child(conn: Connection, name: str, **kwargs: object) -> None:
+    """One named event with keyword data (pytest-xdist's style); the parent validates both."""
     import torch
 
     buf = io.BytesIO()
-    torch.save(msg, buf)
+    torch.save((name, kwargs), buf)
     conn.send_bytes(buf.getvalue())
 
 
@@ -666,12 +665,12 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
     device = job["device"]
     before = _timer_identities()
     ref_fn, extras_ref = ref.make(device, job["model_seed"])
-    _send_child(conn, "stage", "load")
+    _send_child(conn, "stage", what="load")
     cand = _Candidate(job, ref)
     patched = _patched(before)
     if patched:
         raise CandidateError("rejected", "the candidate replaced " + ", ".join(patched))
-    _send_child(conn, "loaded", cand.load_s)
+    _send_child(conn, "loaded", load_s=float(cand.load_s))
     native = job["format"] == "native"
     inplace = bool(job.get("inplace"))
     # the candidate's own copy of the parameters: it never shares an allocation with the reference
@@ -684,7 +683,7 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
         side = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native, preallocated=True, inplace=inplace)
         # correctness: the same buffers are refilled with each set in turn
         for i in range(len(sets)):
-            _send_child(conn, "stage", f"check {w['name']} set {i}")
+            _send_child(conn, "stage", what=f"check {w['name']} set {i}")
             side.refill(i, poison=i)
             pristine = [_clone(v) for v in side.bufs[0]] + [e.clone() for e in extras_cand]
             t0 = _NOW()
@@ -703,7 +702,7 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
                     continue  # writing into its arguments is what an in-place target does
                 if isinstance(a, torch.Tensor) and not _same_bits(a, b):
                     raise CandidateError("rejected", f"the candidate modified input {k}")
-            _send_child(conn, "outputs", w["name"], i, [s.to("cpu") for s in snap])
+            _send_child(conn, "outputs", workload=w["name"], set=i, outputs=[s.to("cpu") for s in snap])
             reply = conn.recv()
             if reply[0] != "ok":
                 return
@@ -713,9 +712,15 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
 
     gc.collect()
     gc.disable()  # a collection inside a timed call is noise, not the kernel's cost
-    for w in inputs:
-        _send_child(conn, "stage", f"time {w['name']}")
-        _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn)
+    if job.get("timer") == "instructions":
+        for w in inputs:
+            _send_child(conn, "stage", what=f"count {w['name']}")
+            _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn)
+    else:
+        # the trusted side holds the clock: it rings, this process serves the calls
+        _send_child(conn, "stage", what="timing")
+        _send_child(conn, "serving")
+        _serve(conn, _candidate_call(cand, native, extras_cand, device), device, inplace)
     gc.enable()
 
     patched = _patched(before)
@@ -780,122 +785,173 @@ def _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn) -> None
             if who == "cand":
                 rechecks.append([used[0], [o.detach().clone() for o in side.outputs(0)]])
             side.discard()
-    _send_child(conn, "timing", w["name"], samples["ref"], samples["cand"], 1, rechecks)
+    _send_child(conn, "counts", workload=w["name"], reference=samples["ref"], candidate=samples["cand"], rechecks=rechecks)
 
 
-def _time_workload(job, w, ref_fn, extras_ref, cand, extras_cand, native, conn) -> None:
-    """Interleaved timing: ABBA order, warm-up, rotating inputs, re-checked outputs."""
+def _candidate_call(cand, native: bool, extras: list, device: str):
+    """The call the candidate serves: for native code, the runtime dispatcher's own path."""
     import torch
 
-    if job.get("timer") == "instructions":
-        return _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn)
+    def make(out_meta: list):
+        metas = [(shape, getattr(torch, dt)) for _t, shape, _stride, dt in out_meta]
+        if native:
+            abi = cand.abi
 
-    device = job["device"]
-    sets = w["sets"]
-    cuda = device == "cuda"
-    flush = None
-    if cuda:
-        l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-        flush = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8, device="cuda")
-        Event = torch.cuda.Event
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+            def call(args: list) -> list:
+                try:
+                    return abi.call_native(cand.kernel, args, extras, metas, device, cand.stream)
+                except abi.KernelError as e:
+                    raise CandidateError("runtime_error", str(e)) from None
 
-    inplace = bool(job.get("inplace"))
-    probe_ref = _Side("reference", sets, 1, device, ref_fn, extras_ref, w["out_meta"], False, inplace=inplace)
-    probe_cand = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native, inplace=inplace)
+            return call
+        return lambda args: cand.call(*args)
 
-    def once(side) -> float:
-        side.refill(0, 0)
-        sync()
-        t0 = _NOW()
-        side.run(0)
-        sync()
-        dt = (_NOW() - t0) / 1e9
-        side.discard()
-        return dt
-
-    warm_end = _NOW() + int(job.get("warmup_s", 0.05) * 1e9)
-    t_ref, t_cand, n = [], [], 0
-    while n < 3 or (_NOW() < warm_end and n < 100):
-        t_ref.append(once(probe_ref))
-        t_cand.append(once(probe_cand))
-        n += 1
-    per_call = max(min(min(t_ref), min(t_cand)), 1e-9)
-    target = job.get("sample_s", 2e-5 if not cuda else 5e-5)
-    k = int(min(64, max(1, math.ceil(target / per_call))))
-    slots = k
-    sides = {
-        "ref": _Side("reference", sets, slots, device, ref_fn, extras_ref, w["out_meta"], False, inplace=inplace),
-        "cand": _Side("candidate", sets, slots, device, cand if native else cand.call, probe_cand.extras, w["out_meta"], native, inplace=inplace),
-    }
-    del probe_ref, probe_cand
-    samples = {"ref": [], "cand": []}
-    rechecks: list = []
-    budget_end = _NOW() + int(job["time_budget"] * 1e9)
-    min_rounds, max_rounds = job["min_rounds"], job["max_rounds"]
-    max_rechecks = job.get("rechecks", 4)
-    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
-    min_speedup = float(job.get("min_speedup", 1.05))
-    r = 0
-    while r < max_rounds and (r < min_rounds or _NOW() < budget_end):
-        if r >= max(min_rounds, 20) and r % 8 == 0 and _decided(samples["ref"], samples["cand"], min_speedup):
-            break
-        order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
-        for who in order:
-            side = sides[who]
-            used = side.refill(r + (who == "cand"), poison=r)
-            if cuda:
-                flush.zero_()
-                sync()
-                start, end = Event(enable_timing=True), Event(enable_timing=True)
-                start.record()
-                for s in range(slots):
-                    side.run(s)
-                end.record()
-                sync()
-                dt = int(start.elapsed_time(end) * 1e6)
-            else:
-                t0 = _NOW()
-                for s in range(slots):
-                    side.run(s)
-                dt = _NOW() - t0
-            samples[who].append(dt)
-            if who == "cand" and len(rechecks) < max_rechecks and (rng.random() < 0.1 or r + 1 >= max_rounds):
-                slot = rng.randrange(slots)
-                rechecks.append([used[slot], [o.detach().to("cpu").clone() for o in side.outputs(slot)]])
-            side.discard()
-        r += 1
-    if not rechecks:
-        used = sides["cand"].refill(r, poison=r)
-        sides["cand"].run(0)
-        sync()
-        rechecks.append([used[0], [o.detach().to("cpu").clone() for o in sides["cand"].outputs(0)]])
-    _send_child(conn, "timing", w["name"], samples["ref"], samples["cand"], k, rechecks)
+    return make
 
 
-def _decided(ref: list, cand: list, min_speedup: float) -> bool:
-    """Whether the verdict can no longer change, so the rest of the budget can be saved.
+def _python_call(fn):
+    return lambda out_meta: (lambda args: fn(*args))
 
-    Asymmetric, because a false "faster" is the costly error: "not faster" may stop once
-    a quick bootstrap puts the whole interval 2% below the bar; "faster" needs 40 rounds
-    and the interval 10% above it.
+
+def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) -> None:
+    """Serve the trusted side's timed calls through shared memory until it says "finish".
+
+    Messages from the parent are commands (it is trusted); every answer is an event it
+    validates. The clock is the parent's: this loop only arms, waits for the doorbell,
+    runs the slots and writes the bell's token back.
     """
-    try:
-        import numpy as np
-    except ImportError:
+    from multiprocessing.reduction import recv_handle
+
+    import _maxcode_shm as shm
+
+    import torch
+
+    region = None
+    call = None
+    mirrors = None  # on a GPU: each slot's inputs on the device (the shared slots are host memory)
+    while True:
+        msg = conn.recv()
+        name = msg[0]
+        if name == "map":
+            fd = recv_handle(conn)
+            region = shm.Region(fd, msg[1])
+            os.close(fd)
+            call = make_call(region.layout["out_meta"])
+            if device != "cpu":
+                mirrors = [[t.to(device) if isinstance(t, torch.Tensor) else t for t in slot] for slot in region.inputs]
+            _send_child(conn, "mapped")
+        elif name == "stage" and stage is not None:
+            _send_child(conn, "staged", fresh=bool(stage(region, msg[1], msg[2])))
+        elif name == "round":
+            n = int(msg[1])
+            if mirrors is not None:  # host to device before the bell: the copy is not the kernel's
+                for s in range(n):
+                    for d, h in zip(mirrors[s], region.inputs[s]):
+                        if isinstance(d, torch.Tensor):
+                            d.copy_(h)
+                _sync(device)
+            shm.serve_round(region, int(msg[2]), lambda: _serve_calls(region, call, n, device, inplace, mirrors))
+        elif name == "flush":
+            _flush_l2(device)
+            _send_child(conn, "flushed")
+        elif name == "unmap":
+            region.close()
+            region = None
+            _send_child(conn, "unmapped")
+        elif name == "finish":
+            return
+
+
+def _serve_calls(region, call, n: int, device: str, inplace: bool, mirrors=None) -> None:
+    """The timed calls, and the copy of their results where the trusted side reads them
+    (device to host on a GPU, inside the interval on both sides alike)."""
+    import torch
+
+    for s in range(n):
+        args = region.inputs[s] if mirrors is None else mirrors[s]
+        result = call(args)
+        if inplace:
+            if mirrors is not None:
+                for h, d in zip(region.inputs[s], args):
+                    if isinstance(d, torch.Tensor):
+                        h.copy_(d)
+            continue
+        outs = _as_outputs(result)
+        dsts = region.outputs[s]
+        if len(outs) != len(dsts):
+            raise CandidateError("wrong", f"returned {len(outs)} output(s), the reference returns {len(dsts)}")
+        for k, (dst, src) in enumerate(zip(dsts, outs)):
+            if tuple(src.shape) != tuple(dst.shape):
+                raise CandidateError("wrong", f"output {k} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
+            dst.copy_(src)
+    _sync(device)
+
+
+def _flush_l2(device: str) -> None:
+    """Evict the GPU's L2 between rounds (device-wide, so it serves both sides)."""
+    if device != "cuda":
+        return
+    import torch
+
+    global _L2_FLUSH
+    if _L2_FLUSH is None:
+        l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+        _L2_FLUSH = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8, device="cuda")
+    _L2_FLUSH.zero_()
+    torch.cuda.synchronize()
+
+
+_L2_FLUSH = None
+
+
+def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) -> None:
+    """The reference, served exactly like a candidate; it also writes each round's fresh inputs."""
+    import torch
+
+    torch.set_grad_enabled(False)
+    device = job["device"]
+    fn, _extras = ref.make(device, job["model_seed"])
+    pools = {w["name"]: w["sets"] for w in inputs}
+
+    def stage(region, workload: str, plan: list) -> bool:
+        """Write each slot's input set (fresh values from a seed, or pooled set idx) to the
+        staging area; the trusted side copies them into each side's slots right before its call."""
+        template = pools[workload][0]
+        fresh_all = True
+        for slot, (kind, value) in enumerate(plan):
+            values = None
+            if kind == "fresh":
+                torch.manual_seed(int(value))
+                values = list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(template)
+                if not _fits(values, region.staged[slot]):
+                    values = None
+            if values is None:
+                fresh_all = fresh_all and kind != "fresh"
+                pool = pools[workload]
+                values = pool[int(value) % len(pool)]
+            for stg, src in zip(region.staged[slot], values):
+                if isinstance(stg, torch.Tensor):
+                    stg.copy_(src)
+        return fresh_all
+
+    gc.collect()
+    gc.disable()
+    _send_child(conn, "serving")
+    _serve(conn, _python_call(fn), device, bool(job.get("inplace")), stage=stage)
+    _send_child(conn, "done")
+
+
+def _fits(values: list, views: list) -> bool:
+    import torch
+
+    if len(values) != len(views):
         return False
-    a = np.asarray(ref, dtype=np.float64)
-    b = np.maximum(np.asarray(cand, dtype=np.float64), 1.0)
-    n = len(a)
-    rng = np.random.default_rng(n)
-    block = max(1, int(round(n ** (1 / 3))))
-    starts = rng.integers(0, n - block + 1, size=(200, -(-n // block)))
-    idx = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(200, -1)[:, :n]
-    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
-    low, high = np.percentile(boot, [1.0, 99.0])
-    if high < min_speedup * 0.98:
-        return True
-    return bool(n >= 40 and low > min_speedup * 1.10)
+    for v, d in zip(values, views):
+        if isinstance(d, torch.Tensor) != isinstance(v, torch.Tensor):
+            return False
+        if isinstance(d, torch.Tensor) and (tuple(v.shape) != tuple(d.shape) or v.dtype != d.dtype):
+            return False
+    return True
 
 
 # ----------------------------------------------------------------------------- child / zygote
@@ -934,6 +990,8 @@ def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | 
             torch.cuda.init()
         if job["kind"] == "reference":
             _reference_job(job, ref, conn)
+        elif job["kind"] == "serve_reference":
+            _serve_reference(job, ref, inputs, conn)
         else:
             _candidate_job(job, ref, inputs, conn)
     except CandidateError as e:
@@ -953,7 +1011,7 @@ def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | 
 
 def _report(conn: Connection, status: str, message: str, detail: str = "") -> None:
     try:
-        _send_child(conn, "error", status, message, detail[-4000:])
+        _send_child(conn, "error", status=status, message=message, detail=detail[-4000:])
     except Exception:
         pass
 

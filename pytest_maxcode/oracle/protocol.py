@@ -1,0 +1,78 @@
+"""The worker protocol, validated on the trusted side: named events with keyword data.
+
+A worker that loaded candidate code can send anything; what arrives is checked against
+this table (names, keys, types) before the oracle looks at it, and anything else is a
+:class:`ProtocolError`, which the oracle turns into a ``rejected`` verdict with the reason.
+A worker can only *report* a failure; the statuses it may name are the failure ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+#: the statuses a worker may report about itself (never a success)
+WORKER_STATUSES = ("compile_error", "runtime_error", "rejected", "wrong")
+
+
+class ProtocolError(Exception):
+    """A message that is not a well-formed event of the protocol."""
+
+
+def _tensor_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(t, torch.Tensor) for t in v)
+
+
+def _int_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+
+
+def _rechecks(v: Any) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and _tensor_list(r[1]) for r in v
+    )
+
+
+def _is(*types: type) -> Any:
+    return lambda v: isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
+
+
+#: event name -> {keyword: check}
+EVENTS: dict[str, dict[str, Any]] = {
+    "stage": {"what": _is(str)},
+    "loaded": {"load_s": _is(float, int)},
+    "outputs": {"workload": _is(str), "set": _is(int), "outputs": _tensor_list},
+    "serving": {},
+    "mapped": {},
+    "staged": {"fresh": _is(bool)},
+    "flushed": {},
+    "unmapped": {},
+    "counts": {"workload": _is(str), "reference": _int_list, "candidate": _int_list, "rechecks": _rechecks},
+    "reference": {},
+    "error": {"status": lambda v: v in WORKER_STATUSES, "message": _is(str), "detail": _is(str)},
+    "done": {},
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    kwargs: dict[str, Any]
+
+
+def validate(msg: Any) -> Event:
+    """The event ``msg`` is, or ProtocolError saying what is wrong with it."""
+    if not (isinstance(msg, tuple) and len(msg) == 2 and isinstance(msg[0], str) and isinstance(msg[1], dict)):
+        raise ProtocolError("a message that is not a (name, {keywords}) event")
+    name, kwargs = msg
+    spec = EVENTS.get(name)
+    if spec is None:
+        raise ProtocolError(f"an unknown event {name[:40]!r}")
+    if set(kwargs) != set(spec):
+        raise ProtocolError(f"event {name!r} with keywords {sorted(map(str, kwargs))[:6]}, expected {sorted(spec)}")
+    for key, check in spec.items():
+        if not check(kwargs[key]):
+            raise ProtocolError(f"event {name!r}: {key} is not valid")
+    return Event(name, kwargs)

@@ -1,0 +1,309 @@
+"""The trusted clock: this process times calls that the sandboxed processes serve.
+
+Nothing the verdict depends on is measured in a process that loaded candidate code
+(DESIGN.md section 5.0). Each round, the reference process writes fresh inputs; the
+candidate gets a copy while it is frozen; each side is armed, the doorbell rung with a
+random token, and the clock stopped here once that token comes back and the outputs have
+been read (inside the interval: what is not written when the call returns does not count).
+The reference is served the same way, so the call overhead is the same on both sides.
+Every timed output is compared with the reference's output for the same inputs; the
+candidate's inputs must come back bit for bit, and its outputs must not change after
+the clock stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from multiprocessing.reduction import send_handle
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import stats
+from .compare import Mismatch, compare
+from contextlib import contextmanager
+from typing import Iterator
+
+from .pool import ChildGone, Job, JobTimeout, WorkerFailed
+from .protocol import ProtocolError
+from .remote import _maxcode_shm as shm
+
+#: bytes of call slots per side; fewer slots for larger calls (at least one)
+SLOT_BYTES = 256 << 20
+MAX_SLOTS = 64
+_NOW = time.perf_counter_ns
+#: the timer polls for a call's answer this many times the expected sample before it sleeps
+SPIN_FACTOR = float(os.environ.get("MAXCODE_SPIN_FACTOR", "4.0"))
+
+
+class ReferenceFailed(Exception):
+    """The reference's serving process failed (trusted side: not the candidate's fault)."""
+
+
+@contextmanager
+def _side(name: str) -> Iterator[None]:
+    """Failures of the reference are the reference's; the candidate's keep their kind."""
+    try:
+        yield
+    except WorkerFailed as e:
+        if name == "reference":
+            raise ReferenceFailed(str(e)) from None
+        raise TimingRejected(e.status, str(e)) from None
+    except (ChildGone, JobTimeout, ProtocolError) as e:
+        if name == "reference":
+            raise ReferenceFailed(f"{type(e).__name__}: {e}") from None
+        raise
+
+
+class TimingRejected(Exception):
+    """The candidate did something during timing that makes its result not count."""
+
+    def __init__(self, status: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.details = details or {}
+
+
+@dataclass
+class TimingConfig:
+    time_budget: float
+    min_rounds: int
+    max_rounds: int
+    min_speedup: float
+    atol: float | None
+    rtol: float | None
+    inplace: bool = False
+    warmup_s: float = 0.05
+    #: seconds of calls per sample: long enough that a wake-up (tens of microseconds on a VM) is noise
+    sample_s: float = 2e-3
+    device: str = "cpu"
+
+
+@dataclass
+class WorkloadTiming:
+    """Samples in ns per ``calls_per_sample`` calls, taken by this process."""
+
+    reference_ns: list[int]
+    candidate_ns: list[int]
+    calls_per_sample: int
+    checked_calls: int = 0
+    fresh_inputs: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+class _Side:
+    """One serving process (reference or candidate) behind its region and doorbell."""
+
+    def __init__(self, name: str, job: Job, region: shm.Region, deadline: Callable[[], float]) -> None:
+        self.name = name
+        self.job = job
+        self.region = region
+        self.deadline = deadline
+        self.round = 0
+
+    def ring(self, n: int, snap: torch.Tensor, part: str, spin_s: float) -> int:
+        """Arm, ring, wait for the token, read the outputs: ns from ring to read."""
+        with _side(self.name):
+            return self._ring(n, snap, part, spin_s)
+
+    def _ring(self, n: int, snap: torch.Tensor, part: str, spin_s: float) -> int:
+        region = self.region
+        ctl, base = region.ctl, region.base
+        ctl[shm.DOORBELL] = 0
+        ctl[shm.DONE] = 0
+        ctl[shm.FAILED] = 0
+        self.round += 1
+        rnd = self.round
+        self.job.send("round", n, rnd)
+        self._wait(shm.ARMED, lambda: ctl[shm.ARMED] == rnd, spin_s=shm.SPIN_S)
+        token = secrets.randbits(63) | 1
+        source = region.span(part, n)
+        t0 = _NOW()
+        ctl[shm.DOORBELL] = token
+        shm.wake(base + 8 * shm.DOORBELL)
+        # spinning, not sleeping: a wake-up inside the interval would cost a time slice on a
+        # loaded machine (the servers leave this process a core of its own)
+        self._wait(shm.DONE, lambda: ctl[shm.DONE] == token, spin_s=spin_s)
+        snap[: source.numel()].copy_(source)
+        t1 = _NOW()
+        if ctl[shm.FAILED]:
+            self._failed()
+        return t1 - t0
+
+    def _wait(self, word: int, ready: Callable[[], bool], spin_s: float) -> None:
+        def check() -> None:
+            if time.monotonic() > self.deadline():
+                raise JobTimeout(f"a timed call ({self.name})")
+            if self.job.conn.poll(0):
+                self._failed()
+
+        while not shm.wait(self.region.ctl, self.region.base, word, ready, spin_s=spin_s, timeout_s=1.0, check=check):
+            check()
+
+    def _failed(self) -> None:
+        """The server stopped serving: its next event says why (or it is gone)."""
+        ev = self.job.event(timeout=5.0)
+        if ev.name == "error":
+            raise TimingRejected(str(ev.kwargs["status"]), str(ev.kwargs["message"]))
+        raise TimingRejected("rejected", f"the {self.name} sent '{ev.name}' during a timed call (protocol)")
+
+
+def _map(side: _Side, fd: int) -> None:
+    with _side(side.name):
+        side.job.send("map", side.region.layout)
+        send_handle(side.job.conn, fd, 0)
+        side.job.expect("mapped")
+
+
+def _slot_bytes(meta: Sequence[Any]) -> int:
+    n = 0
+    for m in meta:
+        if m[0] == "t":
+            _, shape, stride, dtype = m
+            n += shm._nbytes(shape, stride, torch.empty((), dtype=getattr(torch, dtype)).element_size()) + shm.ALIGN
+    return n
+
+
+def time_workload(
+    name: str,
+    ref_job: Job,
+    cand_job: Job,
+    freeze: Callable[[bool], None],
+    in_meta: list,
+    out_meta: list,
+    pool_size: int,
+    fresh: bool,
+    cfg: TimingConfig,
+    deadline: Callable[[], float],
+) -> WorkloadTiming:
+    """Interleaved timing of one workload; raises TimingRejected for a result that must not count."""
+    outs = [("t", list(s), [], d) for s, d in out_meta]
+    per_slot = _slot_bytes(in_meta) * 2 + _slot_bytes([(t, s, list(torch.empty(s).stride()), d) for t, s, _, d in outs])
+    k_max = max(1, min(MAX_SLOTS, SLOT_BYTES // max(per_slot, 1)))
+    lay_r = shm.layout(in_meta, out_meta, k_max, stage=True)
+    lay_c = shm.layout(in_meta, out_meta, k_max)
+    fds = [shm.create(lay_r["size"], "maxcode-reference"), shm.create(lay_c["size"], "maxcode-candidate")]
+    regions: list[shm.Region] = []
+    threads = torch.get_num_threads()
+    # this process's own tensor work (copies, comparisons) on one thread: waking an idle
+    # OpenMP team costs a time slice per operation on a loaded machine
+    torch.set_num_threads(1)
+    try:
+        regions = [shm.Region(fds[0], lay_r), shm.Region(fds[1], lay_c)]
+        ref = _Side("reference", ref_job, regions[0], deadline)
+        cand = _Side("candidate", cand_job, regions[1], deadline)
+        _map(ref, fds[0])
+        freeze(False)
+        _map(cand, fds[1])
+        freeze(True)
+        return _Rounds(name, ref, cand, freeze, pool_size, fresh, cfg).run()
+    finally:
+        torch.set_num_threads(threads)
+        for fd in fds:
+            os.close(fd)
+        for region in regions:
+            region.close()
+
+
+class _Rounds:
+    def __init__(self, name: str, ref: _Side, cand: _Side, freeze: Callable[[bool], None], pool_size: int,
+                 fresh: bool, cfg: TimingConfig) -> None:
+        self.name, self.ref, self.cand, self.freeze, self.cfg = name, ref, cand, freeze, cfg
+        self.pool_size, self.fresh = pool_size, fresh
+        self.part = "in" if cfg.inplace else "out"
+        size = ref.region.span(self.part, ref.region.layout["slots"]).numel()
+        self.snaps = {"ref": torch.empty(size, dtype=torch.uint8), "cand": torch.empty(size, dtype=torch.uint8)}
+        self.rng = secrets.SystemRandom()
+        self.checked = 0
+        self.all_fresh = True
+        self.spin_s = 0.01
+
+    def run(self) -> WorkloadTiming:
+        cfg = self.cfg
+        warm_end = time.monotonic() + cfg.warmup_s
+        t_ref: list[int] = []
+        t_cand: list[int] = []
+        n = 0
+        while n < 5 or (time.monotonic() < warm_end and n < 100):
+            r, c = self.round(1, first_ref=n % 2 == 0)
+            t_ref.append(r)
+            t_cand.append(c)
+            n += 1
+        per_call = max(min(min(t_ref), min(t_cand)), 1) / 1e9
+        k = int(min(self.ref.region.layout["slots"], max(1, math.ceil(cfg.sample_s / per_call))))
+        self.spin_s = min(0.05, max(float(os.environ.get("MAXCODE_MIN_SPIN", shm.SPIN_S)), SPIN_FACTOR * k * per_call))
+        samples: dict[str, list[int]] = {"ref": [], "cand": []}
+        budget_end = time.monotonic() + cfg.time_budget
+        r = 0
+        while r < cfg.max_rounds and (r < cfg.min_rounds or time.monotonic() < budget_end):
+            if r >= max(cfg.min_rounds, 20) and r % 8 == 0 and stats.decided(samples["ref"], samples["cand"], cfg.min_speedup):
+                break
+            a, b = self.round(k, first_ref=r % 2 == 0)
+            samples["ref"].append(a)
+            samples["cand"].append(b)
+            r += 1
+        notes = [] if self.all_fresh else ["timed on the pooled input sets: the reference's input generator did not fit"]
+        return WorkloadTiming(samples["ref"], samples["cand"], k, self.checked, self.fresh and self.all_fresh, notes)
+
+    def _plan(self, n: int) -> list[tuple[str, int]]:
+        if self.fresh:
+            return [("fresh", self.rng.getrandbits(31)) for _ in range(n)]
+        return [("pool", self.rng.randrange(self.pool_size)) for _ in range(n)]
+
+    def round(self, n: int, first_ref: bool) -> tuple[int, int]:
+        ref, cand = self.ref, self.cand
+        with _side("reference"):
+            ref.job.send("stage", self.name, self._plan(n))
+            ev = ref.job.expect("staged")
+        self.all_fresh = self.all_fresh and bool(ev.kwargs.get("fresh"))
+        staged = ref.region.span("stage", n)
+        times = {}
+        for who in (("ref", "cand") if first_ref else ("cand", "ref")):
+            # each side's inputs are written, and its outputs poisoned, right before its own
+            # call, so neither finds its data warmer in the cache than the other (the
+            # candidate is frozen meanwhile: it cannot start on its inputs early)
+            side = cand if who == "cand" else ref
+            side.region.span("in", n).copy_(staged)
+            side.region.span("out", n).fill_(0xFF)
+            if self.cfg.device == "cuda":
+                with _side("reference"):
+                    ref.job.send("flush")
+                    ref.job.expect("flushed")
+            if who == "cand":
+                self.freeze(False)
+                try:
+                    times[who] = cand.ring(n, self.snaps["cand"], self.part, self.spin_s)
+                finally:
+                    self.freeze(True)
+            else:
+                times[who] = ref.ring(n, self.snaps["ref"], self.part, self.spin_s)
+        self._check(n)
+        return times["ref"], times["cand"]
+
+    def _check(self, n: int) -> None:
+        """Every timed call's result, with the candidate frozen."""
+        cand, ref, part = self.cand.region, self.ref.region, self.part
+        if not self.cfg.inplace and not torch.equal(cand.span("in", n), ref.span("stage", n)):
+            raise TimingRejected("rejected", "the candidate modified its inputs during a timed call")
+        if not torch.equal(cand.span(part, n), self.snaps["cand"][: cand.span(part, n).numel()]):
+            raise TimingRejected("rejected", "the output changed after the call returned (work left running after it answered)")
+        if torch.equal(self.snaps["cand"][: cand.span(part, n).numel()], self.snaps["ref"][: cand.span(part, n).numel()]):
+            self.checked += n
+            return
+        lay = cand.layout
+        key = "ins" if self.cfg.inplace else "outs"
+        metas = lay["in_meta"] if self.cfg.inplace else lay["out_meta"]
+        base = lay["bounds"][part][0]
+        for s in range(n):
+            got = [t for t in shm.views(self.snaps["cand"], metas, lay[key][s], base) if isinstance(t, torch.Tensor)]
+            want = [t for t in shm.views(self.snaps["ref"], metas, lay[key][s], base) if isinstance(t, torch.Tensor)]
+            mismatch: Mismatch | None = compare(want, got, self.cfg.atol, self.cfg.rtol)
+            if mismatch is not None:
+                raise TimingRejected("wrong", f"a timed call gave a wrong result: {mismatch.line()}",
+                                     dict(mismatch.details, output=mismatch.output, timed=True))
+        self.checked += n
+

@@ -1,0 +1,153 @@
+"""The pieces of the trusted clock: the worker protocol's validation, the shared-memory call
+slots and the doorbell, and the freezer that stops a sandbox while the reference is timed."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_maxcode.oracle import isolation
+from pytest_maxcode.oracle.protocol import ProtocolError, validate
+from pytest_maxcode.oracle.remote import _maxcode_shm as shm
+
+
+def test_well_formed_events_pass_and_keep_their_data() -> None:
+    ev = validate(("outputs", {"workload": "default", "set": 2, "outputs": [torch.zeros(3)]}))
+    assert ev.name == "outputs" and ev.kwargs["set"] == 2
+    assert validate(("error", {"status": "wrong", "message": "m", "detail": ""})).kwargs["status"] == "wrong"
+
+
+@pytest.mark.parametrize(
+    ("msg", "why"),
+    [
+        (("timing", {"workload": "default"}), "unknown event"),
+        (("done", {"extra": 1}), "keywords"),
+        (("outputs", {"workload": "default", "set": "0", "outputs": []}), "set is not valid"),
+        (("outputs", {"workload": "default", "set": True, "outputs": []}), "set is not valid"),
+        (("error", {"status": "faster", "message": "", "detail": ""}), "status is not valid"),
+        (["done", {}], "not a (name, {keywords}) event"),
+        (("loaded",), "not a (name, {keywords}) event"),
+        (("outputs", {"workload": "default", "set": 0, "outputs": [1.0]}), "outputs is not valid"),
+    ],
+)
+def test_anything_else_is_a_protocol_error_with_the_reason(msg: object, why: str) -> None:
+    with pytest.raises(ProtocolError, match=why.replace("(", r"\(").replace(")", r"\)").replace("{", r"\{").replace("}", r"\}")):
+        validate(msg)
+
+
+def test_slots_lay_out_every_tensor_aligned_and_views_share_the_memory() -> None:
+    x = torch.randn(3, 5).t()  # non-contiguous: its strides are kept
+    meta = shm.tensor_meta([x, 0.5, torch.arange(7, dtype=torch.int64)])
+    lay = shm.layout(meta, [([5, 3], "float32")], slots=3, stage=True)
+    fd = shm.create(lay["size"])
+    try:
+        region = shm.Region(fd, lay)
+        for s in range(3):
+            a, scalar, b = region.inputs[s]
+            assert a.shape == x.shape and a.stride() == x.stride() and scalar == 0.5 and b.dtype == torch.int64
+            a.copy_(x)
+            b.fill_(s)
+        assert all(e[0] % shm.ALIGN == 0 for slot in lay["ins"] for e in slot if e is not None)
+        again = shm.Region(fd, lay)  # a second mapping (the other process) sees the same bytes
+        assert torch.equal(again.inputs[2][0], x) and int(again.inputs[2][2][0]) == 2
+        assert region.span("in", 2).numel() == lay["bounds"]["in"][2] - lay["bounds"]["in"][0]
+        region.close()
+        again.close()
+    finally:
+        os.close(fd)
+
+
+SERVER = r"""
+import os, sys
+sys.path.insert(0, sys.argv[3])
+import _maxcode_shm as shm
+import torch
+fd, rounds = int(sys.argv[1]), int(sys.argv[2])
+lay = shm.layout([("t", [4], [1], "float32")], [([4], "float32")], 1)
+region = shm.Region(fd, lay)
+for r in range(1, rounds + 1):
+    os.read(0, 1)
+    shm.serve_round(region, r, lambda: region.outputs[0][0].copy_(region.inputs[0][0] * 2))
+"""
+
+
+def test_the_doorbell_answers_with_the_token_it_was_rung_with() -> None:
+    """A server answers each ring with that ring's random token, after writing its outputs."""
+    lay = shm.layout([("t", [4], [1], "float32")], [([4], "float32")], 1)
+    fd = shm.create(lay["size"])
+    region = shm.Region(fd, lay)
+    r, w = os.pipe()
+    remote = Path(shm.__file__).parent
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(fd), "5", str(remote)], stdin=r, pass_fds=[fd])
+    os.close(r)
+    try:
+        ctl = region.ctl
+        for rnd in range(1, 6):
+            region.inputs[0][0].copy_(torch.arange(4.0) + rnd)
+            ctl[shm.DOORBELL] = ctl[shm.DONE] = 0
+            os.write(w, b"r")
+            assert shm.wait(ctl, region.base, shm.ARMED, lambda: ctl[shm.ARMED] == rnd, timeout_s=30)
+            token = secrets.randbits(63) | 1
+            ctl[shm.DOORBELL] = token
+            shm.wake(region.base + 8 * shm.DOORBELL)
+            assert shm.wait(ctl, region.base, shm.DONE, lambda: ctl[shm.DONE] == token, timeout_s=30)
+            assert torch.equal(region.outputs[0][0], (torch.arange(4.0) + rnd) * 2)
+    finally:
+        os.close(w)
+        proc.wait(timeout=30)
+        region.close()
+        os.close(fd)
+    assert proc.returncode == 0
+
+
+needs_freezer = pytest.mark.skipif(
+    not any(c == "freezer" for c, _ in isolation._cgroup_roots()), reason="no writable freezer cgroup here"
+)
+
+
+@needs_freezer
+def test_a_frozen_sandbox_uses_no_cpu_until_thawed(tmp_path: Path) -> None:
+    """Everything inside stops at once, threads and children included, and resumes after."""
+    counter = tmp_path / "ticks"
+    spinner = (
+        "import os, threading, time\n"
+        f"path = {str(counter)!r}\n"
+        "def spin():\n"
+        "    n = 0\n"
+        "    while True:\n"
+        "        n += 1\n"
+        "        if n % 100000 == 0:\n"
+        "            open(path, 'w').write(str(n))\n"
+        "threading.Thread(target=spin, daemon=True).start()\n"
+        "if os.fork() == 0:\n"
+        "    spin()\n"
+        "time.sleep(600)\n"
+    )
+    box = isolation.prepare([sys.executable, "-c", spinner], isolation.resolve("none"), tmp_path,
+                            isolation.Limits(freezable=True))
+    # "none" makes no cgroups; make the freezer folder by hand for this process tree
+    cg = isolation.Cgroups.make(isolation.Limits(memory=None, pids=None, freezable=True))
+    proc = subprocess.Popen(["/bin/sh", "-c", f"echo $$ > {cg.folders['freezer'] / 'cgroup.procs'}; exec \"$@\"", "sh",
+                             *box.argv], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not counter.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cg.freeze(True)
+        frozen_at = counter.read_text()
+        time.sleep(0.5)
+        assert counter.read_text() == frozen_at  # neither the thread nor the child ran
+        assert cg.freeze(False)
+        time.sleep(0.5)
+        assert counter.read_text() != frozen_at
+    finally:
+        cg.cleanup()
+        proc.wait(timeout=30)
+        box.cleanup()
