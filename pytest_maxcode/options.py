@@ -93,7 +93,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("timeout", "seconds one candidate may take to be checked and timed, builds excluded (default 60)", type=positive_float, default=60.0, metavar="S"),
     Option("build_timeout", "seconds one build may take (default 300)", type=positive_float, default=300.0, metavar="S"),
     Option("max_memory", "memory a candidate may allocate beyond the harness's own, e.g. 512M or 4G (default 4G)", type=parse_size, default=4 << 30, metavar="SIZE"),
-    Option("seed", "seed of the first random input set; others follow it (default 0)", type=int, default=0, metavar="N"),
+    Option("seed", "seed of this run's generated input sets and fresh timed inputs (default: a random one, recorded in every verdict; pass it to reproduce a run's inputs)", type=int, default=None, metavar="N", scopes=BOTH),
     Option("seeds", "number of random input sets (default 3, at least 2)", type=int, default=3, metavar="N"),
     Option("time_budget", "seconds of interleaved timing per candidate and workload (default 0.5)", type=positive_float, default=0.5, metavar="S"),
     Option("timer", "wall time, or callgrind instruction counts of single-threaded runs for native C++ candidates (deterministic on noisy machines; about a minute of start-up under valgrind)", choices=("time", "instructions"), default="time"),
