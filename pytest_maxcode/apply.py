@@ -97,6 +97,8 @@ def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None)
         returns=t.get("returns"),
         range_limited=t.get("range_limited"),
         accept_range_limited=t.get("accept_range_limited") is True,
+        build_id=best.get("build_id", ""),
+        library_sha256=best.get("sha256", ""),
     )
 
 

@@ -556,10 +556,12 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     kernels = root / ".maxcode" / "reports" / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)
     path = kernels / f"{target_id}{EXT[p.spec.lang]}"
+    build = v.diagnostics.get("build") or {}  # the verified library's hash, for the lock
     path.write_text(p.spec.text)
     entry.update(
         speedup=v.speedup, speedup_ci=v.speedup_ci, weak_check=v.weak_check, baseline_s=v.reference_s, best_s=v.candidate_s,
-        best={"source_path": str(path.relative_to(root)), "hash": v.hash, "lang": p.spec.lang, "origin": p.origin, "params": p.params},
+        best={"source_path": str(path.relative_to(root)), "hash": v.hash, "lang": p.spec.lang, "origin": p.origin, "params": p.params,
+              **{k: build[k] for k in ("build_id", "sha256") if build.get(k)}},
         outputs=outputs, signatures=signatures,
     )
     if result.target.inplace:

@@ -38,6 +38,8 @@ def accept(
     returns: str | None = None,
     range_limited: str | None = None,
     accept_range_limited: bool = False,
+    build_id: str = "",
+    library_sha256: str = "",
 ) -> LockEntry:
     """Write the kernel and its entry.
 
@@ -66,6 +68,8 @@ def accept(
         speedup_ci=[round(float(x), 4) for x in speedup_ci],
         date=time.strftime("%Y-%m-%d"),
         tool_version=__version__,
+        build_id=build_id,
+        library_sha256=library_sha256,
         extra={
             "reference_file": reference_file.resolve().relative_to(root.resolve()).as_posix(),
             "qualname": qualname,
