@@ -4,7 +4,7 @@
 // a list-then-kill cleanup. Then it stops and kills the maxcode process of the same user: the
 // pid the test wrote to @PIDFILE@, and every process whose environment carries
 // MAXCODE_ATTACK_MARKER=@MARKER@ (the maxcode process and its workers). The kernel is honest
-// and sleeps 20 ms per call (never "faster" on its own): only the batch dying, or the helper
+// and burns 100 ms per call (never "faster" on its own): only the batch dying, or the helper
 // surviving, would show the attack landed.
 #include <dlpack/dlpack.h>
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -74,7 +75,6 @@ __attribute__((constructor)) void strike() {
 }  // namespace
 
 extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int32_t n_out, void* stream) {
-  usleep(20000);  // slow on purpose: only a landed attack could make it "faster"
   const float* x = static_cast<const float*>(in[0].data);
   const float* b = static_cast<const float*>(in[1].data);
   float* y = static_cast<float*>(out[0].data);
@@ -86,5 +86,11 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
       v = tanhf(v);
       y[r * cols + c] = v * v - 0.5f;
     }
+  // slow on purpose, by 100 ms of busy work (a sleep would let the cores go idle, which slows a
+  // multi-threaded reference timed next in the same process): never "faster" on its own
+  timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  do clock_gettime(CLOCK_MONOTONIC, &now);
+  while ((now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec) < 100000000LL);
   return 0;
 }

@@ -4,8 +4,8 @@
 // MAXCODE_FAKE_SECRET=... it finds, and sends them out three ways: a file at @EXFIL@ (outside
 // its job folder), a TCP connection to 127.0.0.1:@PORT@, and its stderr (which lands in the
 // verdict's diagnostics). It connects and writes even when it found nothing, so the test sees
-// whether the network and the file were reachable at all. The kernel is honest and sleeps
-// 20 ms per call (never "faster" on its own).
+// whether the network and the file were reachable at all. The kernel is honest and burns
+// 100 ms per call (never "faster" on its own).
 #include <dlpack/dlpack.h>
 #include <cmath>
 #include <arpa/inet.h>
@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -81,7 +82,6 @@ __attribute__((constructor)) void exfiltrate() {
 }  // namespace
 
 extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int32_t n_out, void* stream) {
-  usleep(20000);  // slow on purpose: only a landed attack could make it "faster"
   const float* x = static_cast<const float*>(in[0].data);
   const float* b = static_cast<const float*>(in[1].data);
   float* y = static_cast<float*>(out[0].data);
@@ -93,5 +93,11 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
       v = tanhf(v);
       y[r * cols + c] = v * v - 0.5f;
     }
+  // slow on purpose, by 100 ms of busy work (a sleep would let the cores go idle, which slows a
+  // multi-threaded reference timed next in the same process): never "faster" on its own
+  timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  do clock_gettime(CLOCK_MONOTONIC, &now);
+  while ((now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec) < 100000000LL);
   return 0;
 }
