@@ -76,19 +76,20 @@ def _xfail(defence: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=f"issue 13: {defence}")
 
 
-# attacker -> the defence it needs, for the attacks that get through today (None: held today);
-# c11 is not here: DESIGN 5.1 lets a range-limited kernel be timed, so its test is the range check
-NOT_FASTER: dict[str, str | None] = {
-    "c01_clock.cpp": "the clock is in the process that loaded the candidate (trusted-side clock over shared memory)",
-    "c02_forge_channel.cpp": "messages are not validated against the protocol (timing accepted before any correctness set)",
-    "c02_forge_channel_compat.py": "messages are not validated against the protocol (timing accepted before any correctness set)",
-    "c03_lazy_pages.cpp": "outputs are read after the timed interval (reads inside it, checked by the trusted side)",
-    "c04_input_cache.cpp": "timed calls reuse three fixed input sets (fresh inputs per round)",
-    "c05_sabotage.cpp": "the candidate's threads run while the reference is timed (candidate frozen)",
-    "c07_escape.cpp": None,
-    "c08_secrets_network.cpp": None,
-    "c09_resource_limits.cpp": None,
-    "c10_persistent_forgery.py": None,
+# every attacker but c11 (DESIGN 5.1 lets a range-limited kernel be timed, so its test is the
+# range check), with the defence that holds it: before 8d02632 (the trusted-side clock) the
+# first six were called "faster"
+NOT_FASTER: dict[str, str] = {
+    "c01_clock.cpp": "the clock is on the trusted side",
+    "c02_forge_channel.cpp": "worker messages are validated against the protocol",
+    "c02_forge_channel_compat.py": "worker messages are validated against the protocol",
+    "c03_lazy_pages.cpp": "outputs are read inside the timed interval",
+    "c04_input_cache.cpp": "fresh inputs every round, every timed output checked",
+    "c05_sabotage.cpp": "the candidate is frozen while the reference is timed",
+    "c07_escape.cpp": "the sandbox",
+    "c08_secrets_network.cpp": "the sandbox",
+    "c09_resource_limits.cpp": "the sandbox's limits",
+    "c10_persistent_forgery.py": "the sandbox's read-only project",
 }
 
 
@@ -312,13 +313,10 @@ def test_the_oracle_still_sees_a_real_speedup(scene: Scene) -> None:
     assert v["status"] == "faster", (v["status"], v["reasons"])
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=_xfail(d)) if d else n for n, d in NOT_FASTER.items()],
-)
+@pytest.mark.parametrize("name", sorted(NOT_FASTER))
 def test_no_attacker_is_called_correct_and_faster(scene: Scene, name: str) -> None:
     v = scene.by_name(name)
-    assert v["status"] != "faster", (v["status"], v["reasons"])
+    assert v["status"] != "faster", (f"held by: {NOT_FASTER[name]}", v["status"], v["reasons"])
 
 
 @_xfail("no range-widened or special-value input sets (range_limited flag)")
@@ -405,7 +403,6 @@ def test_the_instruction_timer_still_counts_an_honest_kernel(counted: list[Verdi
     assert honest.correct, honest.reasons
 
 
-@_xfail("the candidate can issue callgrind's TOGGLE_COLLECT itself (scan the built object)")
 def test_a_candidate_cannot_switch_the_instruction_timer_off(counted: list[Verdict]) -> None:
     v = counted[1]
     assert v.status != "faster", v.reasons
@@ -504,7 +501,6 @@ def elsewhere(request: pytest.FixtureRequest) -> Elsewhere:
     return request.getfixturevalue(f"via_{request.param}")
 
 
-@_xfail("the clock is in the process that loaded the candidate (trusted-side clock over shared memory)")
 def test_the_clock_attack_gets_no_reward_through_rl_or_ray(elsewhere: Elsewhere) -> None:
     assert elsewhere.verdicts[0].status != "faster", elsewhere.verdicts[0].reasons
 
