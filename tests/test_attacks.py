@@ -319,6 +319,13 @@ def test_no_attacker_is_called_correct_and_faster(scene: Scene, name: str) -> No
     assert v["status"] != "faster", (f"held by: {NOT_FASTER[name]}", v["status"], v["reasons"])
 
 
+@pytest.mark.parametrize("name", ["c02_forge_channel.cpp", "c02_forge_channel_compat.py"])
+def test_a_forged_result_channel_is_rejected(scene: Scene, name: str) -> None:
+    # "loaded" then "done" before any correctness set, with the worker's own sender (DESIGN 5.0)
+    v = scene.by_name(name)
+    assert v["status"] == "rejected", (v["status"], v["reasons"])
+
+
 @_xfail("no range-widened or special-value input sets (range_limited flag)")
 def test_a_kernel_right_only_on_the_captured_range_is_found_out(scene: Scene) -> None:
     # c11 turns NaN into 0 and clamps tanh's argument: DESIGN 5.1 flags it range_limited (or calls it wrong)
