@@ -15,8 +15,9 @@ between two honest neighbours, through the real CLI (the path that writes
 The instruction timer's attacker runs in its own oracle (``--timer instructions``), and
 three attackers go through the RL reward and the Ray executor too.
 
-A test that fails today because its defence is not built yet is a strict xfail naming the
-defence: when the defence lands, the XPASS fails the run and the marker is removed.
+A test that fails because its defence is not built yet is a strict xfail naming the defence:
+when the defence lands, the XPASS fails the run and the marker is removed. Before the
+trusted-side clock (8d02632), classes 1 to 6 were such xfails; the range check still is one.
 """
 
 from __future__ import annotations
@@ -195,8 +196,8 @@ def evaluation_rows(db: Path) -> dict[int, str]:
 
 
 def range_limited(v: dict[str, Any]) -> bool:
-    """Whether a verdict carries issue 13's range_limited flag (a top-level field or a listed flag)."""
-    return bool(v.get("range_limited")) or "range_limited" in (v.get("flags") or [])
+    """Whether a verdict is flagged range-limited (Verdict.range_limited: the range it passed, or null)."""
+    return bool(v.get("range_limited"))
 
 
 # ----------------------------------------------------------------------------- the batch
