@@ -594,7 +594,7 @@ class Oracle:
                     child.send("ok")
                 elif name == "serving" and not due and not timed and c.timer == "time":
                     timed = True
-                    if not self._time(child, v, timings):
+                    if not self._time(child, v, timings, cand.format == "native"):
                         break
                     child.send("finish")
                 elif name == "counts" and not due and c.timer == "instructions" and kw["workload"] in by_name:
@@ -663,13 +663,13 @@ class Oracle:
         if finished and not v.reasons:
             self._score(v, timings)
 
-    def _time(self, child: Job, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> bool:
+    def _time(self, child: Job, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]], native: bool) -> bool:
         """Time every workload from this process (the trusted clock); False when that ended the verdict."""
         assert self.zygote is not None
         c = self.config
         cfg = timing.TimingConfig(time_budget=c.time_budget, min_rounds=c.min_rounds, max_rounds=c.max_rounds,
                                   min_speedup=c.min_speedup, atol=c.atol, rtol=c.rtol, inplace=c.inplace,
-                                  device=self.device)
+                                  device=self.device, native=native)
         checked = 0
         for w in self.workloads:
             child.stage = f"time {w.name}"
@@ -745,6 +745,12 @@ class Oracle:
             v.status, v.reasons = "rejected", [why]
             return
         self._decide(v, sp)
+        rounds = min(d["rounds"] for d in wl_diag.values())
+        if v.status == "faster" and rounds < timing.FASTER_ROUNDS:
+            v.status = "not_faster"
+            v.diagnostics["undecided"] = True
+            v.reasons = [f"{v.reasons[0].replace(' clears ', ' would clear ')}, but over {rounds} rounds only "
+                         f"(a faster verdict needs {timing.FASTER_ROUNDS}; the machine was too slow for the time budget)"]
 
     def _implausible(self, wl_diag: dict[str, dict[str, Any]]) -> str | None:
         """A call faster than this machine's memory can feed it (by a clear margin) is not believed.

@@ -172,3 +172,10 @@ def decided(ref: Sequence[float], cand: Sequence[float], min_speedup: float) -> 
     if high < min_speedup * 0.98:
         return True
     return bool(n >= 40 and low > min_speedup * 1.10)
+
+
+def median_ratio(ref: Sequence[float], cand: Sequence[float]) -> float:
+    """The point speedup so far (reference median over candidate median)."""
+    if not len(ref) or not len(cand):
+        return 0.0
+    return float(np.median(ref) / max(float(np.median(cand)), 1e-12))

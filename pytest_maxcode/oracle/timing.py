@@ -32,12 +32,18 @@ from .pool import ChildGone, Job, JobTimeout, WorkerFailed
 from .protocol import ProtocolError
 from .remote import _maxcode_shm as shm
 
+#: outputs up to this size are written by a native candidate straight into its shared slots
+DIRECT_OUT_BYTES = 32 << 20
+#: output words read inside each timed interval, at places chosen afresh every round
+PROBE_WORDS = 256
+#: rounds below which no verdict is "faster": a bootstrap over fewer blocks is overconfident
+FASTER_ROUNDS = 30
 #: bytes of call slots per side; fewer slots for larger calls (at least one)
 SLOT_BYTES = 256 << 20
 MAX_SLOTS = 64
 _NOW = time.perf_counter_ns
 #: the timer polls for a call's answer this many times the expected sample before it sleeps
-SPIN_FACTOR = float(os.environ.get("MAXCODE_SPIN_FACTOR", "4.0"))
+SPIN_FACTOR = 4.0
 
 
 class ReferenceFailed(Exception):
@@ -79,8 +85,10 @@ class TimingConfig:
     inplace: bool = False
     warmup_s: float = 0.05
     #: seconds of calls per sample: long enough that a wake-up (tens of microseconds on a VM) is noise
-    sample_s: float = 2e-3
+    sample_s: float = 5e-4
     device: str = "cpu"
+    #: a native (ABI) candidate, which can write into its slots; compat candidates return tensors
+    native: bool = True
 
 
 @dataclass
@@ -105,34 +113,39 @@ class _Side:
         self.deadline = deadline
         self.round = 0
 
-    def ring(self, n: int, snap: torch.Tensor, part: str, spin_s: float) -> int:
-        """Arm, ring, wait for the token, read the outputs: ns from ring to read."""
+    def ring(self, n: int, part: str, spin_s: float, probe: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """Arm, ring, wait for the token, read the outputs at ``probe``: ns from ring to read,
+        and what was read."""
         with _side(self.name):
-            return self._ring(n, snap, part, spin_s)
+            return self._ring(n, part, spin_s, probe)
 
-    def _ring(self, n: int, snap: torch.Tensor, part: str, spin_s: float) -> int:
+    def _ring(self, n: int, part: str, spin_s: float, probe: torch.Tensor) -> tuple[int, torch.Tensor]:
         region = self.region
         ctl, base = region.ctl, region.base
         ctl[shm.DOORBELL] = 0
         ctl[shm.DONE] = 0
         ctl[shm.FAILED] = 0
+        ctl[shm.READY] = 0
         self.round += 1
         rnd = self.round
         self.job.send("round", n, rnd)
         self._wait(shm.ARMED, lambda: ctl[shm.ARMED] == rnd, spin_s=shm.SPIN_S)
         token = secrets.randbits(63) | 1
-        source = region.span(part, n)
+        words = _words(region.span(part, n))
         t0 = _NOW()
         ctl[shm.DOORBELL] = token
         shm.wake(base + 8 * shm.DOORBELL)
         # spinning, not sleeping: a wake-up inside the interval would cost a time slice on a
         # loaded machine (the servers leave this process a core of its own)
         self._wait(shm.DONE, lambda: ctl[shm.DONE] == token, spin_s=spin_s)
-        snap[: source.numel()].copy_(source)
+        # read inside the interval: words at places the server cannot know, compared after the
+        # round with what is there then (work finished after answering shows as a change)
+        seen = words[probe] if words.numel() else words
         t1 = _NOW()
         if ctl[shm.FAILED]:
             self._failed()
-        return t1 - t0
+        self._wait(shm.READY, lambda: ctl[shm.READY] == rnd, spin_s=shm.SPIN_S)
+        return t1 - t0, seen
 
     def _wait(self, word: int, ready: Callable[[], bool], spin_s: float) -> None:
         def check() -> None:
@@ -152,9 +165,9 @@ class _Side:
         raise TimingRejected("rejected", f"the {self.name} sent '{ev.name}' during a timed call (protocol)")
 
 
-def _map(side: _Side, fd: int) -> None:
+def _map(side: _Side, fd: int, direct: bool) -> None:
     with _side(side.name):
-        side.job.send("map", side.region.layout)
+        side.job.send("map", side.region.layout, direct)
         send_handle(side.job.conn, fd, 0)
         side.job.expect("mapped")
 
@@ -181,8 +194,8 @@ def time_workload(
     deadline: Callable[[], float],
 ) -> WorkloadTiming:
     """Interleaved timing of one workload; raises TimingRejected for a result that must not count."""
-    outs = [("t", list(s), [], d) for s, d in out_meta]
-    per_slot = _slot_bytes(in_meta) * 2 + _slot_bytes([(t, s, list(torch.empty(s).stride()), d) for t, s, _, d in outs])
+    outs = [("t", list(s), list(torch.empty(s).stride()), d) for s, d in out_meta]
+    per_slot = _slot_bytes(in_meta) * 2 + _slot_bytes(outs)
     k_max = max(1, min(MAX_SLOTS, SLOT_BYTES // max(per_slot, 1)))
     lay_r = shm.layout(in_meta, out_meta, k_max, stage=True)
     lay_c = shm.layout(in_meta, out_meta, k_max)
@@ -196,11 +209,24 @@ def time_workload(
         regions = [shm.Region(fds[0], lay_r), shm.Region(fds[1], lay_c)]
         ref = _Side("reference", ref_job, regions[0], deadline)
         cand = _Side("candidate", cand_job, regions[1], deadline)
-        _map(ref, fds[0])
+        # a native candidate on the CPU writes its outputs straight into its slots (up to
+        # DIRECT_OUT_BYTES; larger outputs are allocated afresh each call, as the dispatcher's
+        # callers pay); else both sides copy their results inside the interval
+        direct = cfg.native and cfg.device == "cpu" and _slot_bytes(outs) <= DIRECT_OUT_BYTES
+        _map(ref, fds[0], direct)
         freeze(False)
-        _map(cand, fds[1])
+        _map(cand, fds[1], direct)
         freeze(True)
-        return _Rounds(name, ref, cand, freeze, pool_size, fresh, cfg).run()
+        rounds = _Rounds(name, ref, cand, freeze, pool_size, fresh, cfg)
+        try:
+            return rounds.run()
+        finally:
+            if rounds.pending:  # a round that ended early leaves the next inputs' answer unread
+                try:
+                    rounds._drain()
+                except (ReferenceFailed, TimingRejected):
+                    ref_job.kill()  # replaced before the next candidate (its exit code is set)
+                    ref_job.finish()
     finally:
         torch.set_num_threads(threads)
         for fd in fds:
@@ -215,12 +241,14 @@ class _Rounds:
         self.name, self.ref, self.cand, self.freeze, self.cfg = name, ref, cand, freeze, cfg
         self.pool_size, self.fresh = pool_size, fresh
         self.part = "in" if cfg.inplace else "out"
-        size = ref.region.span(self.part, ref.region.layout["slots"]).numel()
-        self.snaps = {"ref": torch.empty(size, dtype=torch.uint8), "cand": torch.empty(size, dtype=torch.uint8)}
         self.rng = secrets.SystemRandom()
+        self.gen = torch.Generator().manual_seed(secrets.randbits(63))
         self.checked = 0
         self.all_fresh = True
         self.spin_s = 0.01
+        self.slots = ref.region.layout["slots"]
+        self.buffer = 1  # the staging area of the round in hand (0 or 1); the next goes to the other
+        self.pending = 0  # slots requested from the reference's worker and not yet collected
 
     def run(self) -> WorkloadTiming:
         cfg = self.cfg
@@ -228,24 +256,36 @@ class _Rounds:
         t_ref: list[int] = []
         t_cand: list[int] = []
         n = 0
+        self._request(1)
         while n < 5 or (time.monotonic() < warm_end and n < 100):
-            r, c = self.round(1, first_ref=n % 2 == 0)
+            r, c = self.round(1, first_ref=n % 2 == 0, next_n=1)
             t_ref.append(r)
             t_cand.append(c)
             n += 1
         per_call = max(min(min(t_ref), min(t_cand)), 1) / 1e9
         k = int(min(self.ref.region.layout["slots"], max(1, math.ceil(cfg.sample_s / per_call))))
-        self.spin_s = min(0.05, max(float(os.environ.get("MAXCODE_MIN_SPIN", shm.SPIN_S)), SPIN_FACTOR * k * per_call))
+        self.spin_s = min(0.05, max(shm.SPIN_S, SPIN_FACTOR * k * per_call))
+        self._drain()
+        self._request(k)
         samples: dict[str, list[int]] = {"ref": [], "cand": []}
-        budget_end = time.monotonic() + cfg.time_budget
+        start = time.monotonic()
+        budget_end = start + cfg.time_budget
         r = 0
-        while r < cfg.max_rounds and (r < cfg.min_rounds or time.monotonic() < budget_end):
+        while r < cfg.max_rounds:
+            if r >= cfg.min_rounds and time.monotonic() >= budget_end:
+                # a "faster" needs FASTER_ROUNDS rounds: a candidate that may be faster gets them,
+                # within three budgets; a clearly slower one stops here
+                if r >= FASTER_ROUNDS or time.monotonic() >= start + 3 * cfg.time_budget:
+                    break
+                if stats.median_ratio(samples["ref"], samples["cand"]) < cfg.min_speedup:
+                    break
             if r >= max(cfg.min_rounds, 20) and r % 8 == 0 and stats.decided(samples["ref"], samples["cand"], cfg.min_speedup):
                 break
-            a, b = self.round(k, first_ref=r % 2 == 0)
+            a, b = self.round(k, first_ref=r % 2 == 0, next_n=k)
             samples["ref"].append(a)
             samples["cand"].append(b)
             r += 1
+        self._drain()
         notes = [] if self.all_fresh else ["timed on the pooled input sets: the reference's input generator did not fit"]
         return WorkloadTiming(samples["ref"], samples["cand"], k, self.checked, self.fresh and self.all_fresh, notes)
 
@@ -254,14 +294,32 @@ class _Rounds:
             return [("fresh", self.rng.getrandbits(31)) for _ in range(n)]
         return [("pool", self.rng.randrange(self.pool_size)) for _ in range(n)]
 
-    def round(self, n: int, first_ref: bool) -> tuple[int, int]:
-        ref, cand = self.ref, self.cand
+    def _request(self, n: int) -> None:
+        """Ask the reference's worker for the next round's inputs, in the other staging area."""
+        self.buffer = 1 - self.buffer
         with _side("reference"):
-            ref.job.send("stage", self.name, self._plan(n))
+            self.ref.job.send("stage", self.name, self._plan(n), self.buffer * self.slots)
+        self.pending = n
+
+    def _drain(self) -> None:
+        if self.pending:
+            with _side("reference"):
+                self.ref.job.expect("staged")
+            self.pending = 0
+
+    def round(self, n: int, first_ref: bool, next_n: int) -> tuple[int, int]:
+        ref, cand = self.ref, self.cand
+        assert self.pending == n
+        with _side("reference"):
             ev = ref.job.expect("staged")
+        self.pending = 0
         self.all_fresh = self.all_fresh and bool(ev.kwargs.get("fresh"))
-        staged = ref.region.span("stage", n)
+        first = self.buffer * self.slots
+        staged = ref.region.span("stage", n, first)
         times = {}
+        nwords = _words(cand.region.span(self.part, n)).numel()
+        probe = torch.randint(0, max(nwords, 1), (min(PROBE_WORDS, nwords),), generator=self.gen)
+        seen = None
         for who in (("ref", "cand") if first_ref else ("cand", "ref")):
             # each side's inputs are written, and its outputs poisoned, right before its own
             # call, so neither finds its data warmer in the cache than the other (the
@@ -276,34 +334,41 @@ class _Rounds:
             if who == "cand":
                 self.freeze(False)
                 try:
-                    times[who] = cand.ring(n, self.snaps["cand"], self.part, self.spin_s)
+                    times[who], seen = cand.ring(n, self.part, self.spin_s, probe)
                 finally:
                     self.freeze(True)
             else:
-                times[who] = ref.ring(n, self.snaps["ref"], self.part, self.spin_s)
-        self._check(n)
+                times[who], _ = ref.ring(n, self.part, self.spin_s, probe)
+        # the reference's worker writes the next inputs while this round is checked (the
+        # candidate stays frozen until its next round, and the reference is not being timed)
+        self._request(next_n)
+        self._check(n, first, probe, seen)
         return times["ref"], times["cand"]
 
-    def _check(self, n: int) -> None:
+    def _check(self, n: int, first: int, probe: torch.Tensor, seen: torch.Tensor | None) -> None:
         """Every timed call's result, with the candidate frozen."""
         cand, ref, part = self.cand.region, self.ref.region, self.part
-        if not self.cfg.inplace and not torch.equal(cand.span("in", n), ref.span("stage", n)):
+        if not self.cfg.inplace and not torch.equal(cand.span("in", n), ref.span("stage", n, first)):
             raise TimingRejected("rejected", "the candidate modified its inputs during a timed call")
-        if not torch.equal(cand.span(part, n), self.snaps["cand"][: cand.span(part, n).numel()]):
+        got_words = _words(cand.span(part, n))
+        if seen is not None and got_words.numel() and not torch.equal(got_words[probe], seen):
             raise TimingRejected("rejected", "the output changed after the call returned (work left running after it answered)")
-        if torch.equal(self.snaps["cand"][: cand.span(part, n).numel()], self.snaps["ref"][: cand.span(part, n).numel()]):
+        if torch.equal(cand.span(part, n), ref.span(part, n)):
             self.checked += n
             return
         lay = cand.layout
         key = "ins" if self.cfg.inplace else "outs"
         metas = lay["in_meta"] if self.cfg.inplace else lay["out_meta"]
-        base = lay["bounds"][part][0]
         for s in range(n):
-            got = [t for t in shm.views(self.snaps["cand"], metas, lay[key][s], base) if isinstance(t, torch.Tensor)]
-            want = [t for t in shm.views(self.snaps["ref"], metas, lay[key][s], base) if isinstance(t, torch.Tensor)]
+            got = [t for t in shm.views(cand.bytes, metas, lay[key][s]) if isinstance(t, torch.Tensor)]
+            want = [t for t in shm.views(ref.bytes, metas, lay[key][s]) if isinstance(t, torch.Tensor)]
             mismatch: Mismatch | None = compare(want, got, self.cfg.atol, self.cfg.rtol)
             if mismatch is not None:
                 raise TimingRejected("wrong", f"a timed call gave a wrong result: {mismatch.line()}",
                                      dict(mismatch.details, output=mismatch.output, timed=True))
         self.checked += n
 
+
+def _words(span: torch.Tensor) -> torch.Tensor:
+    """A slot span as 8-byte words (spans are 64-byte aligned and sized)."""
+    return span.view(torch.int64) if span.numel() % 8 == 0 else span[: span.numel() - span.numel() % 8].view(torch.int64)

@@ -5,7 +5,7 @@ Imported by the worker processes (as ``_maxcode_shm``) and by the trusted side (
 
 A region (one memfd) holds a control block and ``slots`` copies of a call's tensors:
 
-    [control: 8 little-endian uint64 words][in slot 0..k-1][out slot 0..k-1][stage slot 0..k-1]
+    [control: 8 little-endian uint64 words][in slot 0..k-1][out slot 0..k-1][stage slot 0..2k-1]
 
 The trusted side writes the inputs, rings the doorbell with a random token and stops its
 clock when ``DONE`` holds that token. The serving process cannot learn the token before
@@ -21,7 +21,7 @@ import platform
 import time
 
 # control words
-DOORBELL, DONE, ARMED, FAILED = 0, 1, 2, 3
+DOORBELL, DONE, ARMED, FAILED, READY = 0, 1, 2, 3, 4
 CONTROL_BYTES = 64
 ALIGN = 64
 #: seconds a waiter polls a control word before it sleeps on it
@@ -57,9 +57,9 @@ def layout(in_meta: list, out_meta: list, slots: int, stage: bool = False) -> di
     """Byte offsets of every tensor of every slot; plain data, so it can cross the channel."""
     import torch
 
-    def place(metas: list, cursor: int) -> tuple[list, int, list]:
+    def place(metas: list, cursor: int, count: int = slots) -> tuple[list, int, list]:
         slot_entries, bounds = [], []
-        for _ in range(slots):
+        for _ in range(count):
             bounds.append(cursor)
             entries = []
             for m in metas:
@@ -77,7 +77,8 @@ def layout(in_meta: list, out_meta: list, slots: int, stage: bool = False) -> di
     outs = [("t", list(shape), list(torch.empty(shape).stride()) if shape else [], dtype) for shape, dtype in out_meta]
     ins, cursor, in_bounds = place(in_meta, CONTROL_BYTES)
     out_entries, cursor, out_bounds = place(outs, cursor)
-    stage_entries, cursor, stage_bounds = place(in_meta, cursor) if stage else ([], cursor, [])
+    # two staging areas: the next round's inputs are written while this round is checked
+    stage_entries, cursor, stage_bounds = place(in_meta, cursor, 2 * slots) if stage else ([], cursor, [])
     return {
         "slots": slots, "in_meta": in_meta, "out_meta": outs, "ins": ins, "outs": out_entries, "stage": stage_entries,
         "bounds": {"in": in_bounds, "out": out_bounds, "stage": stage_bounds},
@@ -178,10 +179,10 @@ class Region:
         self.outputs = [views(self.bytes, lay["out_meta"], entries) for entries in lay["outs"]]
         self.staged = [views(self.bytes, lay["in_meta"], entries) for entries in lay["stage"]]
 
-    def span(self, name: str, n: int):
-        """The bytes of slots [0, n) of "in", "out" or "stage", as one uint8 tensor."""
+    def span(self, name: str, n: int, first: int = 0):
+        """The bytes of slots [first, first + n) of "in", "out" or "stage", as one uint8 tensor."""
         bounds = self.layout["bounds"][name]
-        return self.bytes[bounds[0] : bounds[n]]
+        return self.bytes[bounds[first] : bounds[first + n]]
 
     def close(self) -> None:
         self.inputs = self.outputs = self.staged = []

@@ -789,13 +789,25 @@ def _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn) -> None
 
 
 def _candidate_call(cand, native: bool, extras: list, device: str):
-    """The call the candidate serves: for native code, the runtime dispatcher's own path."""
+    """The call the candidate serves: for native code, the runtime dispatcher's own path
+    (allocate the outputs, marshal, run), writing into the shared slots where it can."""
     import torch
 
-    def make(out_meta: list):
+    def make(out_meta: list, direct: bool):
         metas = [(shape, getattr(torch, dt)) for _t, shape, _stride, dt in out_meta]
         if native:
             abi = cand.abi
+            if direct:
+
+                def into(args: list, outs: list) -> None:
+                    for shape, dt in metas:
+                        torch.empty(shape, dtype=dt)  # the dispatcher's allocation, same cost
+                    rc = cand.kernel.run(abi.TensorArray(abi.as_abi_tensors(args, device) + list(extras)),
+                                         abi.TensorArray(outs), cand.stream)
+                    if rc != 0:
+                        raise CandidateError("runtime_error", f"maxcode_run returned {rc}")
+
+                return _Call(into=into)
 
             def call(args: list) -> list:
                 try:
@@ -803,14 +815,27 @@ def _candidate_call(cand, native: bool, extras: list, device: str):
                 except abi.KernelError as e:
                     raise CandidateError("runtime_error", str(e)) from None
 
-            return call
-        return lambda args: cand.call(*args)
+            return _Call(returns=call)
+        return _Call(returns=lambda args: cand.call(*args))
 
     return make
 
 
+class _Call:
+    """How a server's call delivers its results: into the slots, or returned (then copied)."""
+
+    def __init__(self, into=None, returns=None, late: bool = False) -> None:
+        self.into = into
+        self.returns = returns
+        #: copy returned results after answering: only the trusted reference, and only when
+        #: the candidate it is compared with writes into its slots (pays no copy) either
+        self.late = late
+
+
 def _python_call(fn):
-    return lambda out_meta: (lambda args: fn(*args))
+    """The reference's call: it copies its results inside the interval exactly when the
+    candidate has to, so the copy weighs on both sides or on neither."""
+    return lambda out_meta, direct: _Call(returns=lambda args: fn(*args), late=direct)
 
 
 def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) -> None:
@@ -836,12 +861,12 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
             fd = recv_handle(conn)
             region = shm.Region(fd, msg[1])
             os.close(fd)
-            call = make_call(region.layout["out_meta"])
+            call = make_call(region.layout["out_meta"], bool(msg[2]))
             if device != "cpu":
                 mirrors = [[t.to(device) if isinstance(t, torch.Tensor) else t for t in slot] for slot in region.inputs]
             _send_child(conn, "mapped")
         elif name == "stage" and stage is not None:
-            _send_child(conn, "staged", fresh=bool(stage(region, msg[1], msg[2])))
+            _send_child(conn, "staged", fresh=bool(stage(region, msg[1], msg[2], int(msg[3]))))
         elif name == "round":
             n = int(msg[1])
             if mirrors is not None:  # host to device before the bell: the copy is not the kernel's
@@ -850,7 +875,13 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
                         if isinstance(d, torch.Tensor):
                             d.copy_(h)
                 _sync(device)
-            shm.serve_round(region, int(msg[2]), lambda: _serve_calls(region, call, n, device, inplace, mirrors))
+            late: list = []
+            rid = int(msg[2])
+            if shm.serve_round(region, rid, lambda: _serve_calls(region, call, n, device, inplace, mirrors, late)):
+                for s, result in late:
+                    _copy_results(region, s, result, inplace)
+                region.ctl[shm.READY] = rid
+                shm.wake(region.base + 8 * shm.READY)
         elif name == "flush":
             _flush_l2(device)
             _send_child(conn, "flushed")
@@ -862,29 +893,47 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
             return
 
 
-def _serve_calls(region, call, n: int, device: str, inplace: bool, mirrors=None) -> None:
-    """The timed calls, and the copy of their results where the trusted side reads them
-    (device to host on a GPU, inside the interval on both sides alike)."""
+def _serve_calls(region, call: "_Call", n: int, device: str, inplace: bool, mirrors, late: list) -> None:
+    """The timed calls. Results not written into the slots are copied there inside the
+    interval, except where the call says ``late``: kept in ``late`` and copied after answering."""
     import torch
 
     for s in range(n):
         args = region.inputs[s] if mirrors is None else mirrors[s]
-        result = call(args)
+        if call.into is not None:
+            call.into(args, region.outputs[s])
+            continue
+        result = call.returns(args)
         if inplace:
             if mirrors is not None:
-                for h, d in zip(region.inputs[s], args):
-                    if isinstance(d, torch.Tensor):
-                        h.copy_(d)
+                late.append((s, [a for a in args if isinstance(a, torch.Tensor)]))
             continue
-        outs = _as_outputs(result)
-        dsts = region.outputs[s]
-        if len(outs) != len(dsts):
-            raise CandidateError("wrong", f"returned {len(outs)} output(s), the reference returns {len(dsts)}")
-        for k, (dst, src) in enumerate(zip(dsts, outs)):
-            if tuple(src.shape) != tuple(dst.shape):
-                raise CandidateError("wrong", f"output {k} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
-            dst.copy_(src)
+        if call.late:
+            late.append((s, result))
+        else:
+            _copy_results(region, s, result)
     _sync(device)
+    if mirrors is not None and not call.late:  # a candidate's device results reach the host inside the interval
+        for s, result in late:
+            _copy_results(region, s, result, inplace)
+        late.clear()
+
+
+def _copy_results(region, s: int, result, inplace: bool = False) -> None:
+    import torch
+
+    if inplace:
+        for h, d in zip([t for t in region.inputs[s] if isinstance(t, torch.Tensor)], result):
+            h.copy_(d)
+        return
+    outs = _as_outputs(result)
+    dsts = region.outputs[s]
+    if len(outs) != len(dsts):
+        raise CandidateError("wrong", f"returned {len(outs)} output(s), the reference returns {len(dsts)}")
+    for k, (dst, src) in enumerate(zip(dsts, outs)):
+        if tuple(src.shape) != tuple(dst.shape):
+            raise CandidateError("wrong", f"output {k} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
+        dst.copy_(src)
 
 
 def _flush_l2(device: str) -> None:
@@ -913,7 +962,7 @@ def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) 
     fn, _extras = ref.make(device, job["model_seed"])
     pools = {w["name"]: w["sets"] for w in inputs}
 
-    def stage(region, workload: str, plan: list) -> bool:
+    def stage(region, workload: str, plan: list, first: int) -> bool:
         """Write each slot's input set (fresh values from a seed, or pooled set idx) to the
         staging area; the trusted side copies them into each side's slots right before its call."""
         template = pools[workload][0]
@@ -923,13 +972,13 @@ def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) 
             if kind == "fresh":
                 torch.manual_seed(int(value))
                 values = list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(template)
-                if not _fits(values, region.staged[slot]):
+                if not _fits(values, region.staged[first + slot]):
                     values = None
             if values is None:
                 fresh_all = fresh_all and kind != "fresh"
                 pool = pools[workload]
                 values = pool[int(value) % len(pool)]
-            for stg, src in zip(region.staged[slot], values):
+            for stg, src in zip(region.staged[first + slot], values):
                 if isinstance(stg, torch.Tensor):
                     stg.copy_(src)
         return fresh_all
