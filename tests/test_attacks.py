@@ -66,6 +66,7 @@ BATCH = [
     "c08_secrets_network.cpp",
     "c09_resource_limits.cpp",
     "c11_narrow_inputs.cpp",
+    "c12_doorbell.py",
     "c10_persistent_forgery.py",  # after the others, so the store holds rows of this run to forge
     "honest_fast.cpp",  # the positive control: a real speedup is still seen after every attacker
     "honest.cpp",
@@ -91,6 +92,7 @@ NOT_FASTER: dict[str, str] = {
     "c08_secrets_network.cpp": "the sandbox",
     "c09_resource_limits.cpp": "the sandbox's limits",
     "c10_persistent_forgery.py": "the sandbox's read-only project",
+    "c12_doorbell.py": "outputs read inside the interval and compared after it, with the candidate frozen",
 }
 
 

@@ -671,6 +671,9 @@ class Oracle:
                                   min_speedup=c.min_speedup, atol=c.atol, rtol=c.rtol, inplace=c.inplace,
                                   device=self.device, native=native)
         checked = 0
+        # a fresh reference process for every measurement, as the candidate gets one: a state
+        # one of them drifted into (its heap, its caches) cannot carry a verdict, or its confirmation
+        self._stop_reference_server()
         for w in self.workloads:
             child.stage = f"time {w.name}"
             try:

@@ -386,6 +386,44 @@ def _random_like(values: list, resample_only: bool = False) -> list:
     return out
 
 
+def _fresh_maker(values: list):
+    """``_random_like(values)`` with each tensor's domain worked out once, not on every call
+    (timed rounds ask for fresh values every round)."""
+    import torch
+
+    plans = []
+    for v in values:
+        if not isinstance(v, torch.Tensor) or v.numel() == 0:
+            plans.append(("keep", v))
+            continue
+        flat = v.detach().reshape(-1)
+        if not (v.is_floating_point() or v.is_complex()) or not bool(torch.isfinite(flat).all()) or v.is_complex():
+            plans.append(("resample", v, flat))
+        elif bool(torch.equal(flat, flat.round())) or flat.unique().numel() <= DISCRETE_VALUES:
+            plans.append(("resample", v, flat))
+        else:
+            plans.append(("uniform", v, float(flat.min()), float(flat.max())))
+
+    def make() -> list:
+        out = []
+        for plan in plans:
+            if plan[0] == "keep":
+                out.append(plan[1])
+                continue
+            v = plan[1]
+            if plan[0] == "resample":
+                fresh = _resample(plan[2], v.shape)
+            else:
+                lo, hi = plan[2], plan[3]
+                fresh = torch.rand(tuple(v.shape), dtype=torch.float64).mul_(hi - lo).add_(lo).clamp_(lo, hi)
+            like = torch.empty_like(v)
+            like.copy_(fresh)
+            out.append(like)
+        return out
+
+    return make
+
+
 def _resample(flat, shape):
     """Values drawn with replacement from the captured ones."""
     import torch
@@ -854,6 +892,9 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
     region = None
     call = None
     mirrors = None  # on a GPU: each slot's inputs on the device (the shared slots are host memory)
+    # a random shift of where this process's allocations land: how its buffers alias in the
+    # caches then varies from process to process instead of favouring one side for a whole run
+    shift = torch.empty(64 * (1 + int.from_bytes(os.urandom(2), "little") % 1024), dtype=torch.uint8)
     while True:
         msg = conn.recv()
         name = msg[0]
@@ -890,6 +931,7 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
             region = None
             _send_child(conn, "unmapped")
         elif name == "finish":
+            del shift
             return
 
 
@@ -962,6 +1004,8 @@ def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) 
     fn, _extras = ref.make(device, job["model_seed"])
     pools = {w["name"]: w["sets"] for w in inputs}
 
+    makers: dict = {}
+
     def stage(region, workload: str, plan: list, first: int) -> bool:
         """Write each slot's input set (fresh values from a seed, or pooled set idx) to the
         staging area; the trusted side copies them into each side's slots right before its call."""
@@ -971,7 +1015,12 @@ def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) 
             values = None
             if kind == "fresh":
                 torch.manual_seed(int(value))
-                values = list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(template)
+                if ref.inputs_fn is not None:
+                    values = list(ref.inputs_fn())
+                else:
+                    if workload not in makers:
+                        makers[workload] = _fresh_maker(template)
+                    values = makers[workload]()
                 if not _fits(values, region.staged[first + slot]):
                     values = None
             if values is None:
