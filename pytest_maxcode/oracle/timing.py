@@ -38,6 +38,8 @@ DIRECT_OUT_BYTES = 32 << 20
 PROBE_WORDS = 256
 #: rounds below which no verdict is "faster": a bootstrap over fewer blocks is overconfident
 FASTER_ROUNDS = 30
+#: seconds a candidate that may be faster is timed for at least, to reach FASTER_ROUNDS
+EXTEND_S = 2.0
 #: bytes of call slots per side; fewer slots for larger calls (at least one)
 SLOT_BYTES = 256 << 20
 MAX_SLOTS = 64
@@ -274,8 +276,8 @@ class _Rounds:
         while r < cfg.max_rounds:
             if r >= cfg.min_rounds and time.monotonic() >= budget_end:
                 # a "faster" needs FASTER_ROUNDS rounds: a candidate that may be faster gets them,
-                # within three budgets; a clearly slower one stops here
-                if r >= FASTER_ROUNDS or time.monotonic() >= start + 3 * cfg.time_budget:
+                # within three budgets (at least EXTEND_S); a clearly slower one stops here
+                if r >= FASTER_ROUNDS or time.monotonic() >= start + max(3 * cfg.time_budget, EXTEND_S):
                     break
                 if stats.median_ratio(samples["ref"], samples["cand"]) < cfg.min_speedup:
                     break
