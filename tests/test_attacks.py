@@ -71,7 +71,7 @@ BATCH = [
     "honest_fast.cpp",  # the positive control: a real speedup is still seen after every attacker
     "honest.cpp",
 ]
-CHECK_ARGS = ["--json", "--time-budget", "1", "--timeout", "30", "--max-memory", "256M"]
+CHECK_ARGS = ["--json", "--time-budget", "0.3", "--timeout", "30", "--max-memory", "256M"]
 
 
 def _xfail(defence: str) -> pytest.MarkDecorator:
