@@ -32,7 +32,7 @@ from .pool import WORKER, ChildGone, Job, JobTimeout, WorkerFailed, WorkerSetupE
 from .protocol import ProtocolError
 from .remote import _maxcode_shm as shm
 from .reference import ReferenceSpec
-from .verdict import Verdict, undecided
+from .verdict import UNDECIDED_WIDTH, Verdict, undecided
 
 NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 GiB = 1 << 30
@@ -41,7 +41,9 @@ CALLGRIND_SHIM = Path(__file__).parent / "remote" / "_maxcode_callgrind.cpp"
 #: 2: a timed "faster" is confirmed by a second measurement in a fresh worker
 #: 3: timed by the trusted side over shared memory, every timed output checked, fresh inputs
 VERDICT_RULE = 3
-VALGRIND_SLOWDOWN = 50.0  # time limits stretch by this much when the worker runs under valgrind
+VALGRIND_SLOWDOWN = 50.0
+#: a confirmation whose interval lies this factor away from the first measurement's disagrees with it
+DISAGREE = 1.5  # time limits stretch by this much when the worker runs under valgrind
 
 
 @dataclass
@@ -800,7 +802,13 @@ def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str) 
     v.speedup_ci = [round(sp.low, 4), round(sp.high, 4)]
     v.diagnostics["device"] = device
     v.diagnostics["timer"] = timer
-    if sp.faster(min_speedup):
+    if sp.faster(min_speedup) and sp.high / sp.low > UNDECIDED_WIDTH and sp.low < 1.5 * min_speedup:
+        # an interval this wide says the machine was too noisy: a low end just over the bar is luck
+        v.status = "not_faster"
+        v.diagnostics["undecided"] = True
+        v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] would clear {min_speedup}, but too noisy to "
+                     f"decide (the interval spans a factor of {sp.high / sp.low:.3g}; 'faster' needs at most {UNDECIDED_WIDTH:g})"]
+    elif sp.faster(min_speedup):
         v.status = "faster"
         v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] clears {min_speedup}"]
     else:
@@ -837,6 +845,16 @@ def confirmed(first: Verdict, again: Verdict, where: str) -> Verdict:
     if first.compile_s is not None:  # the build was the first run's; the second loaded it from the cache
         again.compile_s = first.compile_s
     again.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons}
+    if again.status == "faster" and first.speedup_ci and again.speedup_ci and (
+            first.speedup_ci[0] > DISAGREE * again.speedup_ci[1] or again.speedup_ci[0] > DISAGREE * first.speedup_ci[1]):
+        # two measurements whose intervals lie far apart disagree: something in one of them (a
+        # process, a burst of load) was not the kernel, and neither number can be quoted (a few
+        # percent apart is the usual offset between two pairs of processes, not a disagreement)
+        again.status = "not_faster"
+        again.diagnostics["undecided"] = True
+        again.reasons = [f"{again.reasons[0].replace(' clears ', ' would clear ')}, but the first measurement "
+                         f"({first.reasons[0]}) lies far from it {where}: the two disagree, too noisy to decide"]
+        return again
     if again.status == "faster":
         again.reasons = [f"{again.reasons[0]}, confirmed by a second measurement {where} (the first measured {first.reasons[0]})"]
     elif again.status == "not_faster":

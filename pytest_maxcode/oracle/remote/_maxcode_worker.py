@@ -892,6 +892,7 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
     region = None
     call = None
     mirrors = None  # on a GPU: each slot's inputs on the device (the shared slots are host memory)
+    stager = None
     # a random shift of where this process's allocations land: how its buffers alias in the
     # caches then varies from process to process instead of favouring one side for a whole run
     shift = torch.empty(64 * (1 + int.from_bytes(os.urandom(2), "little") % 1024), dtype=torch.uint8)
@@ -905,9 +906,13 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
             call = make_call(region.layout["out_meta"], bool(msg[2]))
             if device != "cpu":
                 mirrors = [[t.to(device) if isinstance(t, torch.Tensor) else t for t in slot] for slot in region.inputs]
+            if stage is not None:
+                if stager is not None:
+                    stager.close()
+                stager = _Stager(stage, region)
             _send_child(conn, "mapped")
-        elif name == "stage" and stage is not None:
-            _send_child(conn, "staged", fresh=bool(stage(region, msg[1], msg[2], int(msg[3]))))
+        elif name == "stage" and stager is not None:
+            _send_child(conn, "staged", fresh=stager.run(msg[1], msg[2], int(msg[3])))
         elif name == "round":
             n = int(msg[1])
             if mirrors is not None:  # host to device before the bell: the copy is not the kernel's
@@ -932,7 +937,51 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
             _send_child(conn, "unmapped")
         elif name == "finish":
             del shift
+            if stager is not None:
+                stager.close()
             return
+
+
+class _Stager:
+    """The reference's input writing, in a process and session of its own.
+
+    The process that is timed then does nothing but its calls, like the candidate's: the
+    scheduler charges a session for the CPU it used, and a server that also generated every
+    round's inputs would lose its wake-up credit to other load and look slower than it is.
+    """
+
+    def __init__(self, stage, region) -> None:
+        a, b = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            a.close()
+            os.setsid()
+            _die_with_parent(0)
+            conn = Connection(b.detach())
+            try:
+                while True:
+                    msg = conn.recv()
+                    if msg is None:
+                        break
+                    conn.send(bool(stage(region, *msg)))
+            except EOFError:
+                pass
+            os._exit(0)
+        b.close()
+        self.pid = pid
+        self.conn = Connection(a.detach())
+
+    def run(self, workload: str, plan: list, first: int) -> bool:
+        self.conn.send((workload, plan, first))
+        return self.conn.recv()
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+            self.conn.close()
+        except OSError:
+            pass
+        os.waitpid(self.pid, 0)
 
 
 def _serve_calls(region, call: "_Call", n: int, device: str, inplace: bool, mirrors, late: list) -> None:
@@ -996,7 +1045,8 @@ _L2_FLUSH = None
 
 
 def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) -> None:
-    """The reference, served exactly like a candidate; it also writes each round's fresh inputs."""
+    """The reference, served exactly like a candidate; a helper process of its own writes each
+    round's fresh inputs."""
     import torch
 
     torch.set_grad_enabled(False)
