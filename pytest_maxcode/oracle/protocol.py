@@ -48,7 +48,6 @@ EVENTS: dict[str, dict[str, Any]] = {
     "mapped": {},
     "staged": {"fresh": _is(bool)},
     "flushed": {},
-    "unmapped": {},
     "counts": {"workload": _is(str), "reference": _int_list, "candidate": _int_list, "rechecks": _rechecks},
     "reference": {},
     "error": {"status": lambda v: v in WORKER_STATUSES, "message": _is(str), "detail": _is(str)},

@@ -101,7 +101,6 @@ class WorkloadTiming:
     candidate_ns: list[int]
     calls_per_sample: int
     checked_calls: int = 0
-    fresh_inputs: bool = True
     notes: list[str] = field(default_factory=list)
 
 
@@ -289,7 +288,7 @@ class _Rounds:
             r += 1
         self._drain()
         notes = [] if self.all_fresh else ["timed on the pooled input sets: the reference's input generator did not fit"]
-        return WorkloadTiming(samples["ref"], samples["cand"], k, self.checked, self.fresh and self.all_fresh, notes)
+        return WorkloadTiming(samples["ref"], samples["cand"], k, self.checked, notes)
 
     def _plan(self, n: int) -> list[tuple[str, int]]:
         if self.fresh:

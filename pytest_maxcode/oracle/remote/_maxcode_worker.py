@@ -901,6 +901,8 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
         name = msg[0]
         if name == "map":
             fd = recv_handle(conn)
+            if region is not None:  # the previous workload's slots
+                region.close()
             region = shm.Region(fd, msg[1])
             os.close(fd)
             call = make_call(region.layout["out_meta"], bool(msg[2]))
@@ -931,10 +933,6 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
         elif name == "flush":
             _flush_l2(device)
             _send_child(conn, "flushed")
-        elif name == "unmap":
-            region.close()
-            region = None
-            _send_child(conn, "unmapped")
         elif name == "finish":
             del shift
             if stager is not None:
