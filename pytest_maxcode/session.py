@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from ._version import __version__
+from .options import accepts_range_limited
 from .targets.capture import Recorder, TargetCapture
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
 
@@ -382,6 +383,8 @@ class MaxcodeSession:
         result = search_target(info, captured, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, cap.handle.id, cap.callers, self.root, store)
         entry["kind"] = h.kind
+        if entry.get("range_limited"):
+            entry["accept_range_limited"] = accepts_range_limited(h.id, o.accept_range_limited, self.settings.get("accept_range_limited"))
         if entry["status"] == "faster":
             with self._oracle_lock:  # the re-run benchmarks time too
                 entry.update(self._verify(result, cap, entry))
@@ -398,6 +401,8 @@ class MaxcodeSession:
         result = search_program(program, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, program.id, [w["name"] for w in result.workloads], self.root, store)
         entry["kind"] = "program"
+        if entry.get("range_limited"):
+            entry["accept_range_limited"] = accepts_range_limited(program.id, None, self.settings.get("accept_range_limited"))
         entry["reference"] = {"program": True, "file": program.source.as_posix(), "testcases": program.testcases.as_posix(),
                               "hash": sha256_text(result.state.reference_source)}
         if entry["status"] == "faster":
@@ -560,6 +565,7 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     path.write_text(p.spec.text)
     entry.update(
         speedup=v.speedup, speedup_ci=v.speedup_ci, weak_check=v.weak_check, baseline_s=v.reference_s, best_s=v.candidate_s,
+        range_limited=v.range_limited,
         best={"source_path": str(path.relative_to(root)), "hash": v.hash, "lang": p.spec.lang, "origin": p.origin, "params": p.params,
               **{k: build[k] for k in ("build_id", "sha256") if build.get(k)}},
         outputs=outputs, signatures=signatures,
