@@ -522,7 +522,7 @@ def _config(ns: argparse.Namespace):
 def cmd_check(ns: argparse.Namespace) -> int:
     from .oracle.check import CandidateSpec, Oracle
     from .oracle.reference import parse_reference
-    from .oracle.sandbox import hide_own_environment
+    from .sandbox.env import hide_own_environment
     from .store import Store, default_path
 
     reference = parse_reference(ns.reference, ns.inputs)

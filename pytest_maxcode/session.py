@@ -494,7 +494,7 @@ def _machine(device: str) -> dict[str, Any]:
 
 def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Any = None) -> dict[str, Any]:
     """The report entry for one searched target (verification fills in the rest)."""
-    from .oracle.build import cuda_arch
+    from .native.build import cuda_arch
     from .report.tree import best_so_far_curve, curves_by_strategy
 
     state = result.state

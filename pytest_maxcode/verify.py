@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .oracle.sandbox import scrubbed_env
+from .sandbox.env import scrubbed_env
 
 RERUN_TIMEOUT = 1800
 #: reference and candidate runs of the user's benchmarks, alternating: one pair of runs can

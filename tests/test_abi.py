@@ -7,7 +7,7 @@ import ctypes
 import pytest
 import torch
 
-from pytest_maxcode.oracle.remote import _maxcode_abi as abi
+from pytest_maxcode.native import abi
 
 
 def test_dltensor_layout_matches_dlpack_header() -> None:
@@ -64,7 +64,7 @@ def test_kernel_round_trip(tmp_path) -> None:
     """Build a tiny kernel with g++ and call it through the ABI."""
     import subprocess
 
-    from pytest_maxcode.oracle.build import INCLUDE_DIR
+    from pytest_maxcode.native.build import INCLUDE_DIR
 
     src = tmp_path / "k.cpp"
     src.write_text(

@@ -41,9 +41,9 @@ from typing import Any
 
 import pytest
 
-from pytest_maxcode.oracle import build
+from pytest_maxcode.native import build
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
-from pytest_maxcode.oracle.isolation import works
+from pytest_maxcode.sandbox.isolation import works
 from pytest_maxcode.oracle.reference import parse_reference
 from pytest_maxcode.oracle.verdict import CORRECT, Verdict
 from pytest_maxcode.store import Store

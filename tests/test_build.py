@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maxcode.oracle import build
+from pytest_maxcode.native import build
 
 KERNEL = """#include <dlpack/dlpack.h>
 #include <cstdint>

@@ -44,7 +44,7 @@ def test_cuda_example_seeds_compile_everywhere(tmp_path: Path) -> None:
     """Every configuration of the CUDA seed builds with nvcc, GPU or not."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not installed")
-    from pytest_maxcode.oracle import build
+    from pytest_maxcode.native import build
     from pytest_maxcode.search.policy import expand
 
     seed = EXAMPLES / "cuda_project" / "maxcode_kernels" / "seeds" / "gelu_ops.fused_bias_gelu" / "gelu.cu"

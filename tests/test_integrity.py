@@ -16,7 +16,7 @@ import pytest
 from test_dispatch import KERNEL as CHAIN_KERNEL
 from test_dispatch import LIB, USE, WARN_USE, _state
 
-from pytest_maxcode.oracle import build
+from pytest_maxcode.native import build
 from pytest_maxcode.store import Store
 from pytest_maxcode.store.sqlite import MIGRATIONS
 from pytest_maxcode.targets.accept import accept
@@ -388,7 +388,7 @@ def test_a_row_forged_under_the_current_run_does_not_become_a_node_of_its_tree(t
 
 def test_a_compiler_run_sandboxed_can_write_only_its_own_build_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Even a compromised compiler cannot reach another entry's library, the trusted records or the cache."""
-    from pytest_maxcode.oracle.isolation import resolve, works
+    from pytest_maxcode.sandbox.isolation import resolve, works
 
     if works("bwrap") is not None and works("unshare") is not None:
         pytest.skip("this machine can make no namespaces (install bubblewrap)")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pytest_maxcode.errors import MaxcodeError
-from pytest_maxcode.oracle.isolation import Isolation, Limits, prepare, resolve, works
+from pytest_maxcode.sandbox.isolation import Isolation, Limits, prepare, resolve, works
 
 STRONG = [k for k in ("bwrap", "unshare") if works(k) is None]
 needs_namespaces = pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")

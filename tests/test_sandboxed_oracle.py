@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA
-from pytest_maxcode.oracle import build
+from pytest_maxcode.native import build
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
-from pytest_maxcode.oracle.isolation import prepare, resolve, works
+from pytest_maxcode.sandbox.isolation import prepare, resolve, works
 from pytest_maxcode.oracle.reference import parse_reference
 from pytest_maxcode.oracle.verdict import Verdict
 

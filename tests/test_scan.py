@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_maxcode.oracle import build
+from pytest_maxcode.native import build
 from pytest_maxcode.oracle.scan import PREAMBLES, client_request_findings
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")

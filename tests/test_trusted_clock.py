@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_maxcode.oracle import isolation
+from pytest_maxcode.sandbox import isolation
 from pytest_maxcode.oracle.protocol import ProtocolError, validate
 from pytest_maxcode.oracle.remote import _maxcode_shm as shm
 

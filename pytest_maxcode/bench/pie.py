@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 from .._files import write_atomic
 from ..errors import MaxcodeError
-from ..oracle.isolation import Isolation, Limits, prepare, resolve
-from ..oracle.sandbox import scrubbed_env
+from ..sandbox.isolation import Isolation, Limits, prepare, resolve
+from ..sandbox.env import scrubbed_env
 from ..options import positive_float, positive_int
 
 DESCRIPTION = (

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import MaxcodeError
-from . import build as build_mod
+from ..native import build as build_mod
 from .compare import compare, weak_reasons
-from . import isolation as isolation_mod
-from .isolation import Isolation, Limits, resolve
+from ..sandbox import isolation as isolation_mod
+from ..sandbox.isolation import Isolation, Limits, resolve
 from . import timing
 from .pool import WORKER, ChildGone, Job, JobTimeout, WorkerFailed, WorkerSetupError, Zygote
 from .protocol import ProtocolError

@@ -22,9 +22,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Iterator
 
-from .isolation import Isolation, Limits, Sandboxed, prepare
+from ..sandbox.isolation import Isolation, Limits, Sandboxed, prepare
 from .protocol import Event, ProtocolError, validate
-from .sandbox import scrubbed_env
+from ..sandbox.env import scrubbed_env
 
 WORKER = Path(__file__).parent / "remote" / "_maxcode_worker.py"
 OUTPUT_CAP = 64 * 1024

@@ -39,8 +39,8 @@ from ..targets.lock import sha256_text
 from ..targets.program import ProgramTarget
 from . import stats
 from .check import CandidateSpec, CheckConfig, confirmed, decide, sandbox_warning, second_measurement
-from .isolation import Limits, resolve
-from .sandbox import scrubbed_env
+from ..sandbox.isolation import Limits, resolve
+from ..sandbox.env import scrubbed_env
 from .verdict import Verdict
 
 MiB = 1 << 20

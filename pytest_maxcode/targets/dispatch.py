@@ -39,7 +39,7 @@ def entry_state(entry: LockEntry, root: Path, reference_hash: str | None) -> tup
 
             if not torch.cuda.is_available():
                 return "device-mismatch", "verified on CUDA; no GPU here"
-            from ..oracle.build import cuda_arch
+            from ..native.build import cuda_arch
 
             if entry.arch and entry.arch != cuda_arch():
                 return "device-mismatch", f"verified on {entry.arch}; this GPU is {cuda_arch()}"
@@ -158,8 +158,8 @@ class NativeDispatcher:
     def _load(self) -> Any:
         with self.lock:
             if self.kernel is None:
-                from ..oracle import build
-                from ..oracle.remote._maxcode_abi import NativeKernel
+                from ..native import build
+                from ..native.abi import NativeKernel
 
                 result = self._verified_build()
                 sealed = build.sealed_library(result)
@@ -180,8 +180,8 @@ class NativeDispatcher:
         (its record rewritten to match) is never loaded either: it is built again from the
         verified source, and that fresh build is what runs.
         """
-        from ..oracle import build
-        from ..oracle.isolation import resolve
+        from ..native import build
+        from ..sandbox.isolation import resolve
 
         src = build.Source(self.root / self.entry.kernel, self.entry.lang)
         cache = self.root / ".maxcode" / "build"
@@ -248,7 +248,7 @@ class NativeDispatcher:
         """Run the kernel; ``None`` (after one warning) means: use the reference."""
         import torch
 
-        from ..oracle.remote._maxcode_abi import KernelError, call_native
+        from ..native.abi import KernelError, call_native
 
         try:
             kernel = self.kernel or self._load()

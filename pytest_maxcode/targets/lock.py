@@ -6,7 +6,7 @@ reference's source still hashes to ``reference_hash`` and the kernel file to
 
 Where the entry also names the library that was verified (``library_sha256``, with
 ``build_id``: the build key, cache folder and host it is valid for, see
-``oracle.build.build_id``), a cached library of that build that hashes otherwise is never
+``native.build.build_id``), a cached library of that build that hashes otherwise is never
 loaded, even if the cache's own record was rewritten to match it: it is built again from
 the verified source.
 """
@@ -44,7 +44,7 @@ class LockEntry:
     date: str
     tool_version: str
     extra: dict[str, Any] = field(default_factory=dict)
-    #: where the verified library's hash applies (``oracle.build.build_id``; '' where the lock binds none)
+    #: where the verified library's hash applies (``native.build.build_id``; '' where the lock binds none)
     build_id: str = ""
     #: that library's sha256, as the oracle's trusted side recorded it when it was built
     library_sha256: str = ""

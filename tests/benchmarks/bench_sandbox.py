@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pytest_maxcode.oracle import build  # noqa: E402
+from pytest_maxcode.native import build  # noqa: E402
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle  # noqa: E402
-from pytest_maxcode.oracle.isolation import prepare, resolve  # noqa: E402
+from pytest_maxcode.sandbox.isolation import prepare, resolve  # noqa: E402
 from pytest_maxcode.oracle.reference import parse_reference  # noqa: E402
 
 CHAIN = ROOT / "tests" / "data" / "chain"

@@ -517,6 +517,19 @@ def _same_bits(a, b) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
 
 
+def _native_abi():
+    """The package's ``native/abi.py``, loaded by path: the same marshalling the runtime dispatcher
+    uses, without importing the package (whose ``__init__`` would run in the sandbox)."""
+    name = "_maxcode_abi"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "native", "abi.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 class _Candidate:
     """A loaded candidate behind one call signature: run(slot inputs, slot outputs)."""
 
@@ -528,8 +541,7 @@ class _Candidate:
         self.stream = None
         start = _NOW()
         if self.format == "native":
-            import _maxcode_abi as abi
-
+            abi = _native_abi()
             self.abi = abi
             try:
                 self.kernel = abi.NativeKernel(job["path"])

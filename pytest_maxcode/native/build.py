@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..errors import MaxcodeError
 
 if TYPE_CHECKING:
-    from .isolation import Isolation
+    from ..sandbox.isolation import Isolation
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 DEFAULT_CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17")
@@ -380,8 +380,8 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
 def _run_sandboxed(argv: list[str], job_dir: Path, jobs: int, writable: list[Path], readable: list[Path],
                    isolation: Isolation | None) -> None:
     """Run the build; in ``isolation`` with the environment scrubbed of secrets (``#include "/proc/self/environ"``)."""
-    from .isolation import Limits, prepare
-    from .sandbox import scrubbed_env
+    from ..sandbox.isolation import Limits, prepare
+    from ..sandbox.env import scrubbed_env
 
     env = dict(scrubbed_env(), TMPDIR=str(job_dir))
     if isolation is None:

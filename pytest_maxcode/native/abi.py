@@ -1,8 +1,8 @@
 """The native candidate ABI: DLTensor marshalling and the ctypes loader.
 
-Standalone on purpose: the worker process imports this file by path (it imports
-nothing else from the package), and the runtime dispatcher imports it as
-``pytest_maxcode.oracle.remote._maxcode_abi``. Only the standard library and torch.
+Standalone on purpose: the sandboxed worker loads this file by path (it imports
+nothing from the package), and the runtime dispatcher imports it as
+``pytest_maxcode.native.abi``: one marshalling for the oracle and for user code. Only the standard library and torch.
 
     extern "C" int maxcode_run(const DLTensor* inputs, int32_t n_inputs,
                                DLTensor* outputs, int32_t n_outputs, void* stream);
