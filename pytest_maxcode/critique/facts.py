@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..search.state import Node
+from ..model.search import Node
 
 MAX_COMPILER_LINES = 25
 MAX_LINE = 300

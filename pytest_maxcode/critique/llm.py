@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..llm import LLMRequest, LLMUnavailable, Message
-from ..search.state import Node
+from ..model.search import Node
 from .facts import has_counters, measured_facts, render
 from .grounding import unsupported_claims
 from .rules import Critique, RuleCritic

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..search.state import Node
+from ..model.search import Node
 
 LAUNCH_BOUND_S = 20e-6  # below this per call, fixed costs (threads, allocation) dominate
 NEAR_ROOF = 0.6  # share of the measured copy bandwidth that counts as memory-bound

@@ -1,7 +1,9 @@
 """The search state: the reference, the workloads, the tree of attempts, the best-so-far.
 
 Every attempt is a ``Node`` with its parent, so any strategy's run is a tree; the
-trajectory is the nodes in the order they were evaluated.
+trajectory is the nodes in the order they were evaluated. ``Node`` and ``Proposal`` are
+plain records in ``model.search`` (the critics and value models read them too); they are
+importable from here as before.
 """
 
 from __future__ import annotations
@@ -9,45 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..oracle.check import CandidateSpec
+from ..model.search import Node, Proposal
 from ..oracle.verdict import Verdict
 from .reward import reward
 
-
-@dataclass
-class Proposal:
-    """A candidate to evaluate. ``spec`` is None when a reply had no usable code."""
-
-    spec: CandidateSpec | None
-    origin: str  # "seed:fused.cpp", "torch.compile:default", "anthropic:claude-...", ...
-    params: dict[str, Any] = field(default_factory=dict)
-    parent: Node | None = None
-    mode: str = "initial"  # "initial" | "improve" | "fix"
-    error: str | None = None  # why there is no spec (a format failure)
-    llm_call_id: int | None = None
-    tokens: int = 0
-    cost_usd: float = 0.0
-
-
-@dataclass
-class Node:
-    index: int  # position in the trajectory
-    proposal: Proposal
-    verdict: Verdict
-    reward: float
-    depth: int
-    step: int
-    id: int | None = None  # the store's row
-    critique: str | None = None  # filled by a critic (issue 5)
-    critique_flags: list[str] = field(default_factory=list)  # its claims no measured fact supports
-
-    @property
-    def parent(self) -> Node | None:
-        return self.proposal.parent
-
-    @property
-    def code(self) -> str | None:
-        return self.proposal.spec.text if self.proposal.spec is not None else None
+__all__ = ["Node", "Proposal", "SearchState", "rank"]  # Node and Proposal live in model.search
 
 
 @dataclass

@@ -15,15 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .state import Node, Proposal, SearchState
+from ..model.search import Ask, Node, Proposal
+from .state import SearchState
 
-
-@dataclass(frozen=True)
-class Ask:
-    parent: Node | None = None  # None: start from the reference
-    mode: str = "initial"  # "initial" | "improve" | "fix"
-    observation: str | None = None  # override the run's observation setting, e.g. "feedback"
-    permitted: tuple[str, ...] | None = None  # techniques a staged schedule allows now; None: any
+__all__ = ["Ask", "Proposer", "Strategy", "StrategyParams"]  # Ask lives in model.search
 
 
 class Proposer(Protocol):

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..search.techniques import PATTERNS
+from ..model.techniques import PATTERNS
 
 TECHNIQUES = PATTERNS  # names are the features' names: saved models depend on them
 CRITIQUE_CLASSES = ("format", "compile", "runtime", "rejected", "wrong", "correct")

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..search.state import Proposal
+from ..model.search import Proposal
 from .features import node_features
 from .model import MODEL_FILE, load, reward_prompt
 
