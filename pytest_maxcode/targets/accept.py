@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from .._files import write_atomic
 from .._version import __version__
 from ..errors import MaxcodeError
-from .decorator import normalized_source_in_file
+from .handle import normalized_source_in_file
 from .lock import KERNELS_DIR, LOCK_NAME, LockEntry, read_lock, render_lock, sha256_text
 
 EXTENSIONS = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .decorator import TargetHandle
+from .handle import TargetHandle
 
 
 def signature(values: tuple) -> str:

@@ -18,7 +18,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .decorator import TargetHandle
+from .handle import TargetHandle
 from .lock import LOCK_NAME, LockEntry
 
 
