@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bench import pie
 from ..errors import MaxcodeError
+from ..native import program as native
 from ..targets.lock import sha256_text
 from ..targets.program import ProgramTarget
 from . import stats
@@ -51,7 +51,7 @@ class TestCaseWorkload:
     """One test case as a workload: the search and the report treat it like a captured signature."""
 
     name: str
-    case: pie.TestCase
+    case: native.TestCase
     expected: list[str] = field(default_factory=list)  # one "input set": the expected stdout
     weak: list[str] = field(default_factory=list)
     returns: str | None = None
@@ -70,7 +70,7 @@ def program_config(program: ProgramTarget, min_speedup: float, sandbox: str = "a
                        cxxflags=list(program.cxxflags), sandbox=sandbox)
 
 
-def workload_signatures(tests: Sequence[pie.TestCase]) -> list[str]:
+def workload_signatures(tests: Sequence[native.TestCase]) -> list[str]:
     """What a verdict depends on besides the code: the test cases' contents."""
     return [f"{t.index}:" + hashlib.sha256(t.input.read_bytes() + b"\0" + t.expected.encode()).hexdigest()[:16] for t in tests]
 
@@ -97,15 +97,15 @@ class ProgramOracle:
         self.isolation = resolve(config.sandbox)
         runs = self.isolation if config.sandbox in ("bwrap", "unshare") else None
         if runs is not None:
-            cpu = int(config.timeout * (pie.VALGRIND_SLOWDOWN if self.timer == "instructions" else 1)) + 5
+            cpu = int(config.timeout * (native.VALGRIND_SLOWDOWN if self.timer == "instructions" else 1)) + 5
             memory = config.max_memory if self.timer == "wall" else None  # valgrind reserves far more address space
             self.sandbox = runs.describe()
-            self._sandbox = pie.Sandbox(env=dict(scrubbed_env(), LC_ALL="C"), isolation=runs, readable=(root,),
+            self._sandbox = native.Sandbox(env=dict(scrubbed_env(), LC_ALL="C"), isolation=runs, readable=(root,),
                                         os_limits=Limits(memory=memory, pids=None, file_size=64 * MiB, cpu_seconds=cpu))
         else:
             self.sandbox = ("none (not enforced: program runs are not sandboxed unless a kind is named, e.g. --sandbox bwrap; "
                             f"the compiler runs in {self.isolation.kind})")
-            self._sandbox = pie.Sandbox(env=dict(scrubbed_env(), LC_ALL="C"), limits=self._limits)
+            self._sandbox = native.Sandbox(env=dict(scrubbed_env(), LC_ALL="C"), limits=self._limits)
         warning = sandbox_warning(self.isolation)
         if warning:
             print(f"maxcode: warning: {warning}", file=sys.stderr)
@@ -117,7 +117,7 @@ class ProgramOracle:
 
     def _limits(self, pid: int) -> None:
         """What a runaway program may take: memory, CPU time, file size, no core dumps."""
-        cpu = int(self.config.timeout * (pie.VALGRIND_SLOWDOWN if self.timer == "instructions" else 1)) + 5
+        cpu = int(self.config.timeout * (native.VALGRIND_SLOWDOWN if self.timer == "instructions" else 1)) + 5
         resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu))
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (64 * MiB, 64 * MiB))
         resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
@@ -129,14 +129,14 @@ class ProgramOracle:
     def prepare(self) -> None:
         """The source must compile and pass every one of its own test cases, or nothing can be judged."""
         p = self.program
-        if shutil.which(pie.CXX) is None:
-            raise MaxcodeError(f"program {p.id}: {pie.CXX} is not on the PATH; program targets are compiled with g++")
+        if shutil.which(native.CXX) is None:
+            raise MaxcodeError(f"program {p.id}: {native.CXX} is not on the PATH; program targets are compiled with g++")
         if self.timer == "instructions" and shutil.which("valgrind") is None:
             raise MaxcodeError(f"program {p.id}: timer = \"instructions\" needs valgrind on the PATH (apt-get install valgrind)")
         tests = self._tests()
         self._scratch = Path(tempfile.mkdtemp(prefix="maxcode-program-"))
         self.progress(f"compiling {p.source} and running it on its {len(tests)} test case(s)")
-        build = pie.compile_program(self.source_text, p.cxxflags, self._cache(), self.isolation)
+        build = native.compile_program(self.source_text, p.cxxflags, self._cache(), self.isolation)
         if build.binary is None:
             raise MaxcodeError(f"program {p.id}: {p.source} does not compile with g++ {' '.join(p.cxxflags)}: {build.error}")
         self._source_binary = build.binary
@@ -146,19 +146,19 @@ class ProgramOracle:
             if failure is not None:
                 raise MaxcodeError(f"program {p.id}: {p.source} fails its own test case {w.case.input.name}: {failure[1]}; "
                                    "fix the program or the expected output")
-        if len({tuple(pie.output_lines(w.case.expected)) for w in self.workloads}) < 2:
+        if len({tuple(native.output_lines(w.case.expected)) for w in self.workloads}) < 2:
             weak = ("every test case expects the same output, so a program that prints it unconditionally would pass"
                     if len(self.workloads) > 1 else "one test case: a program that prints its expected output would pass")
             self.workloads[0].weak.append(weak)
 
-    def _tests(self) -> list[pie.TestCase]:
-        return pie.tests_in(self.root / self.program.testcases, f"program {self.program.id}")
+    def _tests(self) -> list[native.TestCase]:
+        return native.tests_in(self.root / self.program.testcases, f"program {self.program.id}")
 
     def rerun_test_cases(self, text: str) -> tuple[bool, str]:
         """(passed, summary): ``text`` compiled in a fresh folder (no cache) and run once on every test case."""
         tests = self._tests()
         with tempfile.TemporaryDirectory(prefix="maxcode-verify-") as tmp:
-            build = pie.compile_program(text, self.program.cxxflags, Path(tmp), self.isolation)
+            build = native.compile_program(text, self.program.cxxflags, Path(tmp), self.isolation)
             if build.binary is None:
                 return False, f"does not compile: {build.error}"
             failures = [f"{t.input.name}: {failure[1]}" for t in tests
@@ -198,9 +198,9 @@ class ProgramOracle:
             verdicts.append(v)
         return verdicts
 
-    def _compile(self, text: str) -> tuple[pie.Build, float]:
+    def _compile(self, text: str) -> tuple[native.Build, float]:
         t0 = time.monotonic()
-        build = pie.compile_program(text, self.program.cxxflags, self._cache(), self.isolation)
+        build = native.compile_program(text, self.program.cxxflags, self._cache(), self.isolation)
         return build, time.monotonic() - t0
 
     def _record(self, cand: CandidateSpec, v: Verdict) -> None:
@@ -211,11 +211,11 @@ class ProgramOracle:
         self.store.add_candidate(cand.hash, cand.format, cand.lang, cand.text, origin=str(cand.path))
         self.store.record_evaluation(run_id=self.run_id, target_id=p.id, config_key=self.eval_key, device="cpu", verdict=v.to_json())
 
-    def _evaluate(self, cand: CandidateSpec, built: tuple[pie.Build, float]) -> Verdict:
+    def _evaluate(self, cand: CandidateSpec, built: tuple[native.Build, float]) -> Verdict:
         build, seconds = built
         v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang, sandbox=self.sandbox)
         v.compile_s = round(seconds, 4)
-        v.diagnostics["build"] = {"cached": build.cached, "command": " ".join([pie.CXX, *self.program.cxxflags])}
+        v.diagnostics["build"] = {"cached": build.cached, "command": " ".join([native.CXX, *self.program.cxxflags])}
         weak = [r for w in self.workloads for r in w.weak]
         v.weak_check = bool(weak)
         if build.binary is None:
@@ -238,11 +238,11 @@ class ProgramOracle:
             v.reasons += [f"weak check: {r}" for r in weak]
         return v
 
-    def _run_case(self, binary: Path, case: pie.TestCase, cwd: Path | None = None) -> tuple[tuple[str, str] | None, float]:
+    def _run_case(self, binary: Path, case: native.TestCase, cwd: Path | None = None) -> tuple[tuple[str, str] | None, float]:
         """((status, reason) or None, wall seconds) for one run of one test case, its output checked."""
         cwd = cwd or self._scratch
         assert cwd is not None
-        failure, seconds = pie.judged_run([str(binary)], case, self.config.timeout, cwd, self._sandbox)
+        failure, seconds = native.judged_run([str(binary)], case, self.config.timeout, cwd, self._sandbox)
         return (None if failure is None else (_status(failure), failure)), seconds
 
     def _fail(self, v: Verdict, w: TestCaseWorkload, failure: tuple[str, str], timed: bool = False) -> None:
@@ -289,9 +289,9 @@ class ProgramOracle:
         for b in (self._source_binary, binary):
             if str(b) not in self._counted:
                 try:
-                    self._counted[str(b)] = [pie.count_instructions(b, [w.case], self.config.timeout, self._scratch, self._sandbox)
+                    self._counted[str(b)] = [native.count_instructions(b, [w.case], self.config.timeout, self._scratch, self._sandbox)
                                              for w in self.workloads]
-                except pie.SuiteFailure as e:
+                except native.SuiteFailure as e:
                     if b != binary:
                         raise MaxcodeError(f"program {self.program.id}: the source failed under callgrind: {e}") from None
                     v.status, v.reasons = "runtime_error", [f"under callgrind: {e}"]

@@ -1,0 +1,336 @@
+"""Native programs: compile a C++ program once per source and flags (in a sandbox), run it on
+test cases with its output judged, and count its instructions under callgrind.
+
+The mechanics that the program oracle (``oracle/program.py``) and the PIE benchmark
+(``bench/pie.py``) share, kept below both: the oracle must not import a benchmark. A test case
+is PIE's public layout (``input.<k>.txt`` with its ``output.<k>.txt``); an output matches by
+PIE's rule (lines equal, tokens equal, or numbers within 1e-3), which is also the program
+oracle's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import selectors
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MaxcodeError
+from ..sandbox.env import scrubbed_env
+from ..sandbox.isolation import Isolation, Limits, prepare
+
+__all__ = [
+    "Build",
+    "COMPILE_TIMEOUT",
+    "CXX",
+    "OUTPUT_CAP",
+    "Sandbox",
+    "SuiteFailure",
+    "TOLERANCE",
+    "TestCase",
+    "VALGRIND_SLOWDOWN",
+    "compile_program",
+    "count_instructions",
+    "exit_reason",
+    "first_difference",
+    "first_error_line",
+    "judged_run",
+    "lines_match",
+    "output_lines",
+    "outputs_match",
+    "parse_callgrind",
+    "run_case",
+    "run_program",
+    "run_suite",
+    "source_key",
+    "tests_in",
+    "tokens_match",
+]
+
+CXX = "g++"
+TOLERANCE = 1e-3
+OUTPUT_CAP = 16 << 20
+COMPILE_TIMEOUT = 300.0
+VALGRIND_SLOWDOWN = 50  # callgrind runs this many times slower than native: its time limit scales with it
+
+
+def output_lines(text: str) -> list[str]:
+    """Lines with trailing whitespace stripped and trailing empty lines dropped: judges ignore both."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _number(token: str) -> float | None:
+    if "_" in token:  # float() accepts 1_000; a judge would not
+        return None
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def tokens_match(actual: str, expected: str) -> bool:
+    """Equal, or both numbers within PIE's absolute tolerance (so 0.3333 matches 0.333333)."""
+    if actual == expected:
+        return True
+    a, b = _number(actual), _number(expected)
+    return a is not None and b is not None and abs(a - b) < TOLERANCE
+
+
+def lines_match(actual: str, expected: str) -> bool:
+    """PIE's per-line rule, applied token by token so '1.5 2' matches '1.50001 2'."""
+    if actual == expected:
+        return True
+    ta, tb = actual.split(), expected.split()
+    return len(ta) == len(tb) and all(tokens_match(a, b) for a, b in zip(ta, tb))
+
+
+def first_difference(actual: str, expected: str) -> str | None:
+    """None when the outputs match by PIE's rule, else where they first differ (for the reason column)."""
+    got, want = output_lines(actual), output_lines(expected)
+    for i, (a, b) in enumerate(zip(got, want)):
+        if not lines_match(a, b):
+            return f"line {i + 1}: got {_clip(a)}, expected {_clip(b)}"
+    if len(got) != len(want):
+        return f"{len(got)} lines, expected {len(want)}"
+    return None
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    return first_difference(actual, expected) is None
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def first_error_line(stderr: str, returncode: int) -> str:
+    """The compiler's first error, which is the one that explains the others."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if "error" in line.lower() or "undefined reference" in line:
+            return line
+    return lines[0] if lines else f"{CXX} exited with status {returncode}"
+
+
+def parse_callgrind(text: str) -> int:
+    """Instructions executed, from a callgrind output file's summary (or totals) line."""
+    for key in ("summary:", "totals:"):
+        for line in text.splitlines():
+            if line.startswith(key):
+                return int(line.split()[1])
+    raise ValueError("no summary: or totals: line in the callgrind output")
+
+
+@dataclass(frozen=True)
+class TestCase:
+    index: int
+    input: Path
+    expected: str
+
+
+def tests_in(folder: Path, label: str) -> list[TestCase]:
+    """PIE's public test layout: input.<k>.txt with its output.<k>.txt, in order of k."""
+    indices = sorted(int(m.group(1)) for p in folder.glob("input.*.txt") if (m := re.fullmatch(r"input\.(\d+)\.txt", p.name)))
+    if not indices:
+        raise MaxcodeError(f"{label}: no test cases ({folder}/input.<k>.txt)")
+    tests = []
+    for k in indices:
+        expected = folder / f"output.{k}.txt"
+        if not expected.is_file():
+            raise MaxcodeError(f"{label}: {folder}/input.{k}.txt has no output.{k}.txt")
+        tests.append(TestCase(k, folder / f"input.{k}.txt", expected.read_text(encoding="utf-8", errors="replace")))
+    return tests
+
+
+@dataclass(frozen=True)
+class Build:
+    binary: Path | None
+    error: str | None  # the compiler's first error line when it failed
+    cached: bool
+
+
+def source_key(code: str, flags: Sequence[str]) -> str:
+    return hashlib.sha256("\0".join([CXX, *flags, code]).encode()).hexdigest()
+
+
+def compile_program(code: str, flags: Sequence[str], cache: Path, isolation: Isolation | None = None) -> Build:
+    """Compile once per (source, flags): a failure is cached too, it would fail the same way again.
+
+    With ``isolation`` the compiler runs in that sandbox, only its temporary folder writable
+    (an ``#include`` of a credential file or ``/proc/self/environ`` finds nothing).
+    """
+    key = source_key(code, flags)
+    binary, error = cache / key, cache / f"{key}.err"
+    if binary.is_file():
+        return Build(binary, None, True)
+    if error.is_file():
+        return Build(None, error.read_text(), True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        (Path(tmp) / "prog.cpp").write_text(code, encoding="utf-8")
+        argv = [CXX, *flags, "prog.cpp", "-o", "prog"]
+        boxed = prepare(argv, isolation, Path(tmp), Limits(memory=4 << 30, pids=256, file_size=1 << 30)) if isolation else None
+        try:
+            proc = subprocess.run(boxed.argv if boxed else argv, cwd=tmp, capture_output=True, start_new_session=boxed is not None,
+                                  env={**scrubbed_env(), "LC_ALL": "C"}, text=True, errors="replace", timeout=COMPILE_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return Build(None, f"{CXX} took over {COMPILE_TIMEOUT:.0f}s", False)
+        finally:
+            if boxed is not None:
+                boxed.cleanup()
+        if proc.returncode != 0:
+            message = first_error_line(proc.stderr, proc.returncode)
+            (Path(tmp) / "err").write_text(message)
+            os.replace(Path(tmp) / "err", error)
+            return Build(None, message, False)
+        os.replace(Path(tmp) / "prog", binary)
+    return Build(binary, None, False)
+
+
+class SuiteFailure(Exception):
+    """A program failed a test case; the message is the reason shown in the table."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What an untrusted program runs under: an environment, and resource limits set on its pid
+    as soon as it starts (a pre-exec hook would cost a full fork, milliseconds per run, and
+    would blur the timings).
+
+    With ``isolation`` each run starts in that OS sandbox instead, with ``os_limits`` (its
+    working folder the only writable one, ``readable`` the folders under /tmp it reads); that
+    costs milliseconds per run, the same for the source and the candidate.
+    """
+
+    env: dict[str, str] | None = None
+    limits: Callable[[int], None] | None = None
+    isolation: Isolation | None = None
+    os_limits: Limits = Limits()
+    readable: tuple[Path, ...] = ()
+
+
+def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
+                sandbox: Sandbox | None = None) -> tuple[str | None, str, float]:
+    """Run with stdin from a file, stdout capped; returns (failure or None, stdout, wall seconds).
+
+    The program gets its own process group so a timeout kills whatever it started too.
+    """
+    box = sandbox or Sandbox()
+    boxed = None
+    if box.isolation is not None:
+        boxed = prepare(list(cmd), box.isolation, cwd, box.os_limits,
+                        readable=[*box.readable, Path(cmd[-1]).parent, Path(stdin).parent], use_cgroups=False)
+    with open(stdin, "rb") as f:
+        start = time.perf_counter()
+        proc = subprocess.Popen(boxed.argv if boxed else list(cmd), stdin=f, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                cwd=cwd, start_new_session=True, env=box.env)
+    try:
+        if box.limits is not None and boxed is None:
+            try:
+                box.limits(proc.pid)
+            except (ProcessLookupError, PermissionError):  # it already exited
+                pass
+        failure, out = _collect(proc, start + timeout)
+        seconds = time.perf_counter() - start
+    finally:
+        _kill_group(proc)
+        if boxed is not None:
+            boxed.cleanup()
+    if failure is None and proc.returncode:
+        failure = exit_reason(proc.returncode)
+    if failure == "timeout":
+        failure = f"timed out (> {timeout:g}s)"
+    return failure, out.decode("utf-8", errors="replace"), seconds
+
+
+def exit_reason(returncode: int) -> str:
+    """A judge's runtime error: a nonzero status, or the signal that killed the program."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def _collect(proc: subprocess.Popen[bytes], deadline: float) -> tuple[str | None, bytes]:
+    """Read stdout until EOF and the exit, stopping at the deadline or the output cap."""
+    assert proc.stdout is not None
+    fd, chunks, size = proc.stdout.fileno(), [], 0
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return "timeout", b""
+            if not sel.select(left):
+                continue
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            size += len(data)
+            if size > OUTPUT_CAP:
+                return f"output over {OUTPUT_CAP >> 20} MiB", b""
+            chunks.append(data)
+    try:
+        proc.wait(max(0.0, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:
+        return "timeout", b""
+    return None, b"".join(chunks)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+
+
+def judged_run(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> tuple[str | None, float]:
+    """One run with its output compared by PIE's rule: (failure or None, wall seconds)."""
+    failure, out, seconds = run_program(cmd, test.input, timeout, cwd, sandbox)
+    if failure is None and (diff := first_difference(out, test.expected)) is not None:
+        failure = f"wrong output ({diff})"
+    return failure, seconds
+
+
+def run_case(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> float:
+    """One checked run: the wall seconds, or SuiteFailure naming the test case and what went wrong."""
+    failure, seconds = judged_run(cmd, test, timeout, cwd, sandbox)
+    if failure:
+        raise SuiteFailure(f"test {test.index}: {failure}")
+    return seconds
+
+
+def run_suite(binary: Path, tests: Sequence[TestCase], timeout: float, cwd: Path) -> float:
+    """Wall seconds of the whole test suite, every output checked (a timed run must be a correct one)."""
+    return sum(run_case([str(binary)], t, timeout, cwd) for t in tests)
+
+
+def count_instructions(binary: Path, tests: Sequence[TestCase], timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> int:
+    """Instructions over the whole test suite under callgrind: deterministic, so one run suffices."""
+    total = 0
+    with tempfile.TemporaryDirectory(dir=cwd) as tmp:
+        for t in tests:
+            out = Path(tmp) / f"callgrind.{t.index}.out"
+            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary)]
+            run_case(cmd, t, timeout * VALGRIND_SLOWDOWN, cwd, sandbox)
+            try:
+                total += parse_callgrind(out.read_text())
+            except (OSError, ValueError) as e:
+                raise SuiteFailure(f"test {t.index}: callgrind gave no count ({e})") from None
+    return total
