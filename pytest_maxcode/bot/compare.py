@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
-from ..report._format import fmt_time
+from ..report import fmt_time
 
 DEFAULT_THRESHOLD = 0.10
 ALPHA = 0.05

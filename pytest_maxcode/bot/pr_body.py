@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..apply import is_program
-from ..report._format import fmt_time, sandbox_weak
-from ..report._markdown import md_escape
+from ..report import fmt_time, md_escape, sandbox_weak
 
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
 FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}

@@ -15,9 +15,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .._files import write_atomic
-from ._format import SUMMARY_COLUMNS, finite, fmt_cost, fmt_counts, fmt_time, machine_line, options_line, search_brief, summary_row, warning_lines
-from ._html import render_html
-from ._markdown import render_markdown
+from ._format import (
+    SUMMARY_COLUMNS,
+    finite,
+    fmt_cost,
+    fmt_counts,
+    fmt_time,
+    machine_line,
+    options_line,
+    sandbox_weak,
+    search_brief,
+    summary_row,
+    warning_lines,
+)
+from ._html import curves_svg, render_html
+from ._markdown import md_escape, render_markdown
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,11 +38,14 @@ __all__ = [
     "SCHEMA_PATH",
     "SCHEMA_VERSION",
     "SUMMARY_COLUMNS",
+    "curves_svg",
     "fmt_time",
     "load_schema",
+    "md_escape",
     "render_html",
     "render_markdown",
     "render_terminal",
+    "sandbox_weak",
     "validate",
     "write_reports",
 ]
@@ -62,7 +77,7 @@ def validate(report: Any) -> list[str]:
     jsonschema is an optional dependency: only tools and tests that validate need it.
     """
     try:
-        import jsonschema
+        import jsonschema  # an optional dependency, imported when used: keeps start-up fast
     except ImportError as e:
         raise ImportError(
             "validating a maxcode report needs the jsonschema package: pip install jsonschema "
@@ -150,6 +165,7 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     verdicts never wrap (no ``no_speed``/``up``), a long target id ends in an ellipsis (the lines
     below the table name it in full), and only the free-text columns wrap, between words.
     """
+    # rich is imported when a table is printed, not with the plugin: keeps start-up fast
     from rich import box
     from rich.table import Table
     from rich.text import Text
