@@ -121,6 +121,7 @@ def _prepare_dir(problem: Problem, work: Path, scale: float) -> tuple[Path, str,
 
 def _check(reference_file: Path, candidate: Path | None, compile_file: Path | None, device: str | None,
            time_budget: float, root: Path, progress: Any) -> tuple[Any, Any]:
+    # the oracle (and torch with it) loads when a problem is checked: keeps start-up fast
     from ..oracle.check import CandidateSpec, CheckConfig, Oracle
     from ..oracle.reference import parse_reference
 
@@ -151,7 +152,7 @@ def run_problem(problem: Problem, work: Path, *, scale: float, generations: Path
         result.candidate = str(candidate) if candidate else None
     compile_file = None
     if compile_baseline:
-        from ..search.policy import compile_candidate_text
+        from ..search.policy import compile_candidate_text  # only for --compile-baseline: keeps start-up fast
 
         compile_file = ref_file.parent / "compile_baseline.py"
         compile_file.write_text(compile_candidate_text(f"{module}.Model", module, "Model", "module", "default"))
@@ -212,7 +213,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def run(ns: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.console import Console  # imported when the command runs: keeps start-up fast
 
     console = Console(stderr=True)
     problems = find_problems(Path(ns.dir), ns.level, ns.problems)
@@ -223,12 +224,12 @@ def run(ns: argparse.Namespace) -> int:
     work = out / "problems"
     device = ns.device
     if device is None:
-        import torch
+        import torch  # only to pick the device: keeps start-up fast
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     search = None
     if generations is None:
-        from .kernelbench_search import Searcher
+        from .kernelbench_search import Searcher  # the search and the LLM load only for a search: keeps start-up fast
 
         search = Searcher(out, ns, device, progress=lambda m: console.print(f"  {m}", highlight=False))
     rows = []

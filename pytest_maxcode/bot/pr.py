@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from .._extras import require
+from ..apply import apply_target, is_program, range_held, written_paths
 from ..errors import MaxcodeError
 from ..targets.accept import EXTENSIONS
 from ..targets.lock import KERNELS_DIR
 from . import pr_body
-from .github import error, pygithub
+from .github import client, error, pygithub, scrub
 
 BRANCH_PREFIX = "maxcode/optimize-"
 DEFAULT_AUTHOR = "maxcode-bot <maxcode-bot@users.noreply.github.com>"
@@ -65,8 +66,6 @@ def why_not(t: dict[str, Any]) -> str | None:
         return "the correctness check was weak (outputs that barely depend on the inputs); no pull request for that"
     if not t.get("best"):
         return "the report has no kernel for it"
-    from ..apply import range_held
-
     return range_held(t)
 
 
@@ -111,8 +110,6 @@ class Bot:
         to the bot's branch; False when applying it changes nothing (already on the base)."""
         git = _gitpython()
 
-        from ..apply import apply_target, written_paths
-
         repo = self._git()
         base = self.base
         try:
@@ -142,8 +139,6 @@ class Bot:
 
     def _connect(self) -> Any:
         if self.gh is None:
-            from .github import client
-
             self.gh, self.token = client(self.api_url)
         github = pygithub()
 
@@ -178,8 +173,6 @@ class Bot:
 
     def _one(self, repo: Any, owner: str, t: dict[str, Any]) -> Outcome:
         github = pygithub()
-
-        from ..apply import is_program, written_paths
 
         source, kernel_hash = _kernel(t, self.root)
         branch = branch_for(t["id"])
@@ -219,7 +212,5 @@ class Bot:
 
 
 def _git_error(e: Any, token: str) -> str:
-    from .github import scrub
-
     text = " ".join(str(getattr(e, "stderr", "") or e).split())
     return scrub(text, token)[:400]

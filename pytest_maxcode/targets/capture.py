@@ -8,6 +8,7 @@ target is remembered, captured or not: those are the tests that re-verify a kern
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from .handle import TargetHandle
 
 def signature(values: tuple) -> str:
     """A readable signature: ``float32[64,1024], float32[1024], float``."""
-    import torch
+    import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
     parts = []
     for v in values:
@@ -94,7 +95,7 @@ class Recorder:
     def record(self, cap: TargetCapture, args: tuple, kwargs: dict) -> Callable[[], None] | None:
         """Note the caller and copy the arguments; returns what keeps the copy as an input set
         (call it once the call returned), or None when this call is not captured."""
-        import torch
+        import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
         cap.calls += 1
         test = self.current_test
@@ -142,8 +143,6 @@ class Recorder:
     @staticmethod
     def _same_module(cap: TargetCapture, module: Any) -> bool:
         """One configuration per module target: the first instance's parameter shapes."""
-        import copy
-
         state = [(n, tuple(t.shape), str(t.dtype)) for n, t in (*module.named_parameters(), *module.named_buffers())]
         sig = repr(state)
         if cap.module_signature is None:
@@ -157,7 +156,7 @@ class Recorder:
 
     def save(self, root: Path) -> dict[str, list[Path]]:
         """Write each workload as ``.maxcode/inputs/<target>/<sig-hash>.pt``; returns the files."""
-        import torch
+        import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
         out: dict[str, list[Path]] = {}
         for target_id, cap in self.targets.items():

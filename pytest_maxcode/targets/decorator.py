@@ -108,7 +108,7 @@ def _decorate(obj: Any, options: TargetOptions) -> Any:
 
 def _decorate_module(cls: type, options: TargetOptions) -> type:
     try:
-        import torch
+        import torch  # torch only for a class: keeps start-up fast
     except ImportError:  # pragma: no cover
         raise TypeError("maxcode.optimize: classes must be torch.nn.Module subclasses (torch is not installed)") from None
     if not issubclass(cls, torch.nn.Module):

@@ -35,11 +35,11 @@ def entry_state(entry: LockEntry, root: Path, reference_hash: str | None) -> tup
         return "stale", "the reference changed since the kernel was verified"
     if entry.device == "cuda":
         try:
-            import torch
+            import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
             if not torch.cuda.is_available():
                 return "device-mismatch", "verified on CUDA; no GPU here"
-            from ..native.build import cuda_arch
+            from ..native.build import cuda_arch  # loaded with the first kernel, not with the package: keeps start-up fast
 
             if entry.arch and entry.arch != cuda_arch():
                 return "device-mismatch", f"verified on {entry.arch}; this GPU is {cuda_arch()}"
@@ -89,7 +89,7 @@ atexit.register(_write_trace)
 
 def arg_key(values: Sequence[Any]) -> str:
     """The input signature that fixes output shapes: ``float32[64,1024]|float32[1024]|float=0.5``."""
-    import torch
+    import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
     parts = []
     for v in values:
@@ -119,7 +119,7 @@ def install_forced(handle: TargetHandle, spec: dict[str, Any]) -> None:
 
 def _arg_class(v: Any) -> tuple:
     """What verification fixed about an argument: dtype, rank and contiguity (not sizes)."""
-    import torch
+    import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
     if isinstance(v, torch.Tensor):
         return (str(v.dtype).replace("torch.", ""), v.dim(), v.is_contiguous())
@@ -136,7 +136,7 @@ class NativeDispatcher:
         self.lock = threading.Lock()
         self.calls = 0
         _TRACED.append(self)
-        import torch
+        import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
         # output shapes recorded at verification; other signatures learn theirs on first call
         self.out_meta: dict[str, list[tuple[Any, Any]]] = {
@@ -158,6 +158,7 @@ class NativeDispatcher:
     def _load(self) -> Any:
         with self.lock:
             if self.kernel is None:
+                # the ABI and the build load ctypes and the compiler's tools: keeps start-up fast
                 from ..native import build
                 from ..native.abi import NativeKernel
 
@@ -180,6 +181,7 @@ class NativeDispatcher:
         (its record rewritten to match) is never loaded either: it is built again from the
         verified source, and that fresh build is what runs.
         """
+        # the build and the sandbox, when a kernel is first built: keeps start-up fast
         from ..native import build
         from ..sandbox.isolation import resolve
 
@@ -204,7 +206,7 @@ class NativeDispatcher:
         return result
 
     def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        import torch
+        import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
         if kwargs:
             return ref(*args, **kwargs)
@@ -246,9 +248,9 @@ class NativeDispatcher:
 
     def _run(self, call_args: tuple, extras: list, tensors: list, meta: list) -> list | None:
         """Run the kernel; ``None`` (after one warning) means: use the reference."""
-        import torch
+        import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
-        from ..native.abi import KernelError, call_native
+        from ..native.abi import KernelError, call_native  # loaded with the first kernel, not with the package: keeps start-up fast
 
         try:
             kernel = self.kernel or self._load()

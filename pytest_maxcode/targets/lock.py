@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._files import write_atomic
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -91,7 +93,7 @@ def read_lock(path: Path) -> dict[str, LockEntry]:
 
 def render_lock(entries: dict[str, LockEntry]) -> str:
     """The lock file's text; rendered before anything is written, so a failure writes nothing."""
-    import tomli_w  # only applying writes TOML: keep it off the dispatcher's import path
+    import tomli_w  # only applying writes TOML: off the dispatcher's import path, keeps start-up fast
 
     doc: dict[str, Any] = {"version": LOCK_VERSION, "targets": {}}
     for target in sorted(entries):
@@ -107,6 +109,4 @@ def render_lock(entries: dict[str, LockEntry]) -> str:
 
 def write_lock(path: Path, entries: dict[str, LockEntry]) -> None:
     """Write atomically: a crash mid-write never leaves half a lock file."""
-    from .._files import write_atomic
-
     write_atomic(path, render_lock(entries))
