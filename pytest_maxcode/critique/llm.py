@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from ..llm import LLMRequest, LLMUnavailable, Message
+from ..llm import LLMRequest, LLMService, LLMUnavailable, Message
+from ..model.budget import CallBudget, Reservation
 from ..model.search import Node
 from .facts import has_counters, measured_facts, render
 from .grounding import unsupported_claims
@@ -78,10 +78,15 @@ def critic_request(reference: str, node: Node, rule: Critique, *, lang: str, max
 
 
 class LLMCritic:
+    """Critiques by a model, one request per evaluated candidate; each takes its place in the
+    budget before it is sent, and a candidate the budget has no room for gets the rule
+    critique (its ``critic`` says so)."""
+
     name = "llm"
 
-    def __init__(self, service: Any, *, reference: str, lang: str, run_id: int | None, target_id: str, budget: Any,
-                 thinking_tokens: int = 0, max_tokens: int = 2048, concurrency: int = 4) -> None:
+    def __init__(self, service: LLMService, *, reference: str, lang: str, run_id: int | None, target_id: str,
+                 budget: CallBudget, thinking_tokens: int = 0, max_tokens: int = 2048, concurrency: int = 4) -> None:
+        """Nine settings, keyword-only past ``service``: the loop wires each from its own option."""
         self.service = service
         self.reference = reference
         self.lang = lang
@@ -95,19 +100,33 @@ class LLMCritic:
         self.rules = RuleCritic()
         self.unavailable: str | None = None
         self.label = f"llm:{service.client.provider}:{service.client.model}"
+        budget.spends(evaluated=1)
+
+    def _wanted(self, node: Node) -> bool:
+        """Whether a model is asked: not for a reply without code (nothing ran, the rule's account
+        is the whole story), nor once the model is unavailable."""
+        return node.verdict.status != "format" and not self.unavailable
 
     def critique(self, node: Node) -> Critique:
+        return self._critique(node, self.budget.reserve() if self._wanted(node) else None)
+
+    def _critique(self, node: Node, held: Reservation | None) -> Critique:
         rule = self.rules.critique(node)
-        if node.verdict.status == "format" or self.unavailable:
-            return rule  # nothing ran: the rule's account is the whole story
-        request, facts = critic_request(self.reference, node, rule, lang=self.lang, max_tokens=self.max_tokens,
-                                             thinking_tokens=self.thinking_tokens)
-        try:
-            resp = self.service.complete(request, run_id=self.run_id, target_id=self.target_id)
-        except LLMUnavailable as e:
-            self.unavailable = str(e)
+        if held is None:
+            if self._wanted(node):
+                rule.critic = f"rules (no LLM-call room left for the critic; {self.label})"
             return rule
-        self.budget.charge_reply(resp)
+        with held:
+            if self.unavailable:  # another thread's request found the model gone
+                return rule
+            request, facts = critic_request(self.reference, node, rule, lang=self.lang, max_tokens=self.max_tokens,
+                                            thinking_tokens=self.thinking_tokens)
+            try:
+                resp = self.service.complete(request, run_id=self.run_id, target_id=self.target_id)
+            except LLMUnavailable as e:
+                self.unavailable = str(e)
+                return rule
+            held.settle(resp)
         diagnosis, steps = parse_critique(resp.text)
         if not diagnosis:
             rule.critic = f"rules (the critic's reply had no DIAGNOSIS: line; {self.label})"
@@ -118,7 +137,9 @@ class LLMCritic:
                         llm_call_id=resp.call_id)
 
     def critique_all(self, nodes: list[Node]) -> list[Critique]:
+        # places are taken in the nodes' order, so a short budget goes to the first evaluated
+        held = [self.budget.reserve() if self._wanted(n) else None for n in nodes]
         if len(nodes) <= 1:
-            return [self.critique(n) for n in nodes]
+            return [self._critique(n, h) for n, h in zip(nodes, held)]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(nodes))) as pool:
-            return list(pool.map(self.critique, nodes))
+            return list(pool.map(self._critique, nodes, held))

@@ -9,29 +9,44 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
+from ..llm import LLMRequest, LLMService, LLMUnavailable, Message
+from ..model.budget import CallBudget, Reservation
 from ..model.search import Proposal
 from .features import node_features
 from .model import MODEL_FILE, load, reward_prompt
 
 
 class TopM:
-    """The top m by score; replies without code never make the cut."""
+    """The top m by score; replies without code never make the cut. With no more usable
+    proposals than it keeps, nothing is scored: every one is sent, in the order asked."""
 
     name = "top-m"
     top = 1
+    budget: CallBudget | None = None
 
     def scores(self, proposals: list[Proposal]) -> list[float]:
         raise NotImplementedError
 
     def __call__(self, proposals: list[Proposal]) -> list[Proposal]:
         usable = [p for p in proposals if p.spec is not None]
+        if len(usable) <= self.top:
+            return usable
         ranked = sorted(zip(self.scores(usable), range(len(usable))), key=lambda t: (-t[0], t[1]))
         return [usable[i] for _, i in ranked[: self.top]]
 
+    def asks(self, k: int, n: int) -> int:
+        """How many of a step's k proposals to ask for when n may be evaluated: what the
+        budget has room for (the proposals' requests, the scoring, the critiques of the top
+        m), or without a budget to plan with, no more than n (each then fits the room the
+        loop counted for an evaluated proposal)."""
+        if self.budget is None:
+            return min(k, n)
+        a = self.budget.asks(k, self.top)
+        return min(a, n) if min(a, self.top) > n else a
 
-def _parent_row(p: Proposal) -> dict[str, Any] | None:
+
+def _parent_row(p: Proposal) -> dict[str, str | float | None] | None:
     parent = p.parent
     if parent is None:
         return None
@@ -41,9 +56,10 @@ def _parent_row(p: Proposal) -> dict[str, Any] | None:
 class LightScorer(TopM):
     name = "light"
 
-    def __init__(self, value_dir: Path, top: int) -> None:
+    def __init__(self, value_dir: Path, top: int, budget: CallBudget | None = None) -> None:
         self.model, self.gamma = load(value_dir / MODEL_FILE)
         self.top = max(1, top)
+        self.budget = budget  # only to plan steps with: the light model makes no LLM calls
 
     def scores(self, proposals: list[Proposal]) -> list[float]:
         rows = []
@@ -66,12 +82,14 @@ def parse_score(text: str) -> float:
 
 class LLMScorer(TopM):
     """Asks the scorer model the question ``maxcode value export`` trains on, once per
-    proposal, concurrently; each question is one LLM call charged to the budget."""
+    proposal, concurrently; each question takes its place in the budget before it is sent,
+    and a question the budget has no room for is not asked (its proposal ranks last)."""
 
     name = "llm"
 
-    def __init__(self, service: Any, top: int, *, target_id: str, budget: Any, run_id: int | None,
+    def __init__(self, service: LLMService, top: int, *, target_id: str, budget: CallBudget, run_id: int | None,
                  gamma: float = 0.9, concurrency: int = 4) -> None:
+        """Seven settings, keyword-only past ``top``: the loop wires each from its own option."""
         self.service = service
         self.top = max(1, top)
         self.target_id = target_id
@@ -80,24 +98,28 @@ class LLMScorer(TopM):
         self.gamma = gamma
         self.concurrency = max(1, concurrency)
         self.replies: list[str] = []
+        budget.spends(scored=1)
 
-    def _score(self, p: Proposal) -> float:
-        from ..llm import LLMRequest, LLMUnavailable, Message
-
-        assert p.spec is not None
-        depth = p.parent.depth + 1 if p.parent is not None else 0
-        prompt = reward_prompt(self.target_id, depth, _parent_row(p), p.spec.lang, p.spec.text, self.gamma)
-        request = LLMRequest(SYSTEM, (Message("user", prompt),), max_tokens=16, temperature=0.0)
-        try:
-            resp = self.service.complete(request, run_id=self.run_id, target_id=self.target_id)
-        except LLMUnavailable:
-            return -math.inf
-        self.budget.charge_reply(resp)
+    def _score(self, p: Proposal, held: Reservation | None) -> float:
+        if held is None:
+            return -math.inf  # no room for the question: not asked
+        with held:
+            assert p.spec is not None
+            depth = p.parent.depth + 1 if p.parent is not None else 0
+            prompt = reward_prompt(self.target_id, depth, _parent_row(p), p.spec.lang, p.spec.text, self.gamma)
+            request = LLMRequest(SYSTEM, (Message("user", prompt),), max_tokens=16, temperature=0.0)
+            try:
+                resp = self.service.complete(request, run_id=self.run_id, target_id=self.target_id)
+            except LLMUnavailable:
+                return -math.inf
+            held.settle(resp)
         self.replies.append(resp.text)
         return parse_score(resp.text)
 
     def scores(self, proposals: list[Proposal]) -> list[float]:
         if not proposals:
             return []
+        assert self.budget is not None
+        held = [self.budget.reserve() for _ in proposals]  # in order: the first asked get the room
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(proposals))) as pool:
-            return list(pool.map(self._score, proposals))
+            return list(pool.map(self._score, proposals, held))

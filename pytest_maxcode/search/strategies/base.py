@@ -1,7 +1,7 @@
 """``StepStrategy``: the scaffolding the built-in strategies share.
 
-A round asks the policy for ``_asks(n)``; an empty answer ends the search ("the policy has
-no more candidates"), otherwise ``_keep`` picks what is sent and a round that sends anything
+A round asks the policy for ``_asks(n)`` (none: the round is empty, and ``_stop_reason``
+says why); an empty answer ends the search ("the policy has no more candidates"), otherwise ``_keep`` picks what is sent and a round that sends anything
 is a step, up to ``params.depth``. ``_stop_reason`` adds a strategy's own reason to stop.
 Plugins need not use it: the loop only needs the ``Strategy`` protocol.
 """
@@ -39,7 +39,10 @@ class StepStrategy:
     def propose(self, n: int) -> list[Proposal]:
         if n <= 0 or self.should_stop():
             return []
-        asked = self.proposer.propose(self.state, self._asks(n))
+        asks = self._asks(n)
+        if not asks:  # nothing fits this round: ``_stop_reason`` says why, the policy is not to blame
+            return []
+        asked = self.proposer.propose(self.state, asks)
         self.exhausted = not asked
         if not asked:
             return []
