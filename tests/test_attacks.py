@@ -17,7 +17,7 @@ three attackers go through the RL reward and the Ray executor too.
 
 A test that fails because its defence is not built yet is a strict xfail naming the defence:
 when the defence lands, the XPASS fails the run and the marker is removed. Before the
-trusted-side clock (8d02632), classes 1 to 6 were such xfails; the range check still is one.
+trusted-side clock (8d02632), classes 1 to 6 were such xfails, and class 11 until the range sets.
 """
 
 from __future__ import annotations
@@ -329,11 +329,21 @@ def test_a_forged_result_channel_is_rejected(scene: Scene, name: str) -> None:
     assert v["status"] == "rejected", (v["status"], v["reasons"])
 
 
-@_xfail("no range-widened or special-value input sets (range_limited flag)")
 def test_a_kernel_right_only_on_the_captured_range_is_found_out(scene: Scene) -> None:
-    # c11 turns NaN into 0 and clamps tanh's argument: DESIGN 5.1 flags it range_limited (or calls it wrong)
+    # c11 turns NaN into 0 and clamps tanh's argument: right on every set drawn like the captured
+    # ones, so it is correct, and DESIGN 5.1 flags it range_limited with what it failed
     v = scene.by_name("c11_narrow_inputs.cpp")
-    assert range_limited(v) or v["status"] not in CORRECT, (v["status"], v["reasons"])
+    assert v["status"] in CORRECT, (v["status"], v["reasons"])
+    assert range_limited(v), v.get("diagnostics", {}).get("range")
+    assert "special:nan" in v["range_limited"].split("failed:")[1], v["range_limited"]
+
+
+def test_honest_kernels_are_not_range_limited(scene: Scene) -> None:
+    # the control for the range check: NaN-propagating honest kernels pass every range set tried
+    for name in ("honest.cpp", "honest_fast.cpp"):
+        v = scene.by_name(name)
+        assert not range_limited(v), (name, v["range_limited"])
+        assert v["diagnostics"]["range"]["passed"], v["diagnostics"].get("range")
 
 
 def test_no_attacker_process_outlives_the_check(scene: Scene) -> None:
@@ -402,7 +412,8 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> list[Verdict]:
         pytest.skip("--timer instructions needs valgrind")
     project = tmp_path_factory.mktemp("counted")
     shutil.copy(ATTACKS / "ref.py", project / "ref.py")
-    specs = [CandidateSpec.from_path(materialize(n, project, {})) for n in ("honest.cpp", "c06_callgrind_toggle.cpp")]
+    names = ("honest.cpp", "c06_callgrind_toggle.cpp", "c13_uncounted_child.cpp")
+    specs = [CandidateSpec.from_path(materialize(n, project, {})) for n in names]
     config = CheckConfig(timer="instructions", timeout=60, time_budget=0.1)
     with Oracle(parse_reference(str(project / "ref.py")), config, project, candidates_hint=specs) as oracle:
         return oracle.check(specs)
@@ -416,6 +427,14 @@ def test_the_instruction_timer_still_counts_an_honest_kernel(counted: list[Verdi
 def test_a_candidate_cannot_switch_the_instruction_timer_off(counted: list[Verdict]) -> None:
     v = counted[1]
     assert v.status != "faster", v.reasons
+
+
+def test_work_the_instruction_timer_cannot_see_is_caught_by_the_wall_clock(counted: list[Verdict]) -> None:
+    # c13 works in a child process per call: few instructions counted, slower on the wall clock
+    v = counted[2]
+    assert v.status == "rejected", (v.status, v.reasons)
+    assert "wall time says" in v.reasons[0], v.reasons
+    assert v.diagnostics["wall"]["status"] in ("faster", "not_faster"), v.diagnostics["wall"]
 
 
 # ----------------------------------------------------------------------------- RL reward and Ray

@@ -64,7 +64,7 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         float v = x[r * cols + c] * 2.0f + b[c];
-        y[r * cols + c] = v > 0.f ? v : 0.f;
+        y[r * cols + c] = v < 0.f ? 0.f : v;
       }
   return 0;
 }

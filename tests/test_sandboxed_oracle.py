@@ -52,7 +52,7 @@ static void chain(const DLTensor* in, float* y, int64_t n) {
   const int64_t cols = in[0].shape[1];
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i] * 2.0f + b[i % cols];
-    v = v > 0.f ? v : 0.f;
+    v = v < 0.f ? 0.f : v;
     y[i] = v * v - 0.5f;
   }
 }

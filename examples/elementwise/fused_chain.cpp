@@ -13,7 +13,7 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
       float v = x[r * cols + c] * 2.0f + b[c];
-      v = v > 0.f ? v : 0.f;
+      v = v < 0.f ? 0.f : v;  // NaN stays NaN, as in torch.relu
       y[r * cols + c] = v * v - 0.5f;
     }
   }

@@ -24,12 +24,13 @@ from typing import Any, Callable, Sequence
 
 from ..errors import MaxcodeError
 from ..native import build as build_mod
-from .compare import compare, weak_reasons
 from ..sandbox import isolation as isolation_mod
 from ..sandbox.isolation import Isolation, Limits, resolve
 from . import timing
+from .compare import compare, tolerances, weak_reasons
 from .pool import WORKER, ChildGone, Job, JobTimeout, WorkerFailed, WorkerSetupError, Zygote
 from .protocol import ProtocolError
+from .remote import _maxcode_ranges as ranges
 from .remote import _maxcode_shm as shm
 from .reference import ReferenceSpec
 from .verdict import UNDECIDED_WIDTH, Verdict, undecided
@@ -69,10 +70,13 @@ class CheckConfig:
     inplace: bool = False
     #: the OS sandbox for everything that runs candidate code: auto, bwrap, unshare or none
     sandbox: str = "auto"
+    #: also try range-widened and special-value input sets (a kernel right only on the
+    #: captured range is flagged ``range_limited``)
+    ranges: bool = True
 
     def key(self) -> str:
         """What changes a verdict: evaluations under another key are not reused."""
-        parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace")}
+        parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace", "ranges")}
         if self.seed is not None:  # a chosen seed is a different experiment; random ones are interchangeable
             parts["seed"] = self.seed
         parts["rule"] = VERDICT_RULE
@@ -120,6 +124,8 @@ class Workload:
     out_meta: list[Any] = field(default_factory=list)
     #: timed rounds draw fresh inputs (the reference accepted every generated set), else the pool
     fresh: bool = True
+    #: the reference's outputs on the range sets it accepts, by label (``_maxcode_ranges``)
+    range_expected: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def out_bytes(self) -> int:
@@ -173,6 +179,8 @@ class Oracle:
         self._slowdown = 1.0
         self._cg_dir: Path | None = None
         self._inputs_path: Path | None = None
+        #: under --timer instructions, the wall-clock oracle that cross-checks a "faster" count
+        self._wall: Oracle | None = None
         if config.timer == "instructions":
             self._check_instruction_timer(candidates_hint)
             self._slowdown = VALGRIND_SLOWDOWN
@@ -261,6 +269,9 @@ class Oracle:
         self.close()
 
     def close(self) -> None:
+        if self._wall is not None:
+            self._wall.close()
+            self._wall = None
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._stop_reference_server()
         for z in (self.zygote, self.ref_zygote):
@@ -362,6 +373,8 @@ class Oracle:
             self._limits(),
             kind="reference",
             workloads=[dict(w, seeds=seeds) for w in specs],
+            ranges=self.config.ranges,
+            range_seed=self.seed,
             inputs_out=str(written),
             expected_out=str(expected_path),
         )
@@ -382,6 +395,7 @@ class Oracle:
                 wl.in_meta = shm.tensor_meta(pools[wl.name][0])
                 wl.out_meta = [] if self.config.inplace else [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in wl.expected[0]]
                 wl.fresh = rejected == 0
+                wl.range_expected = dict(w.get("range_expected") or [])
                 if rejected and rejected == generated:
                     wl.weak.append("the reference rejected every generated input set: only the captured ones check candidates")
                 elif rejected:
@@ -506,6 +520,8 @@ class Oracle:
         self._run(cand, built, v)
         if v.status == "faster" and self.config.timer == "time":
             v = self._confirm(cand, built, v)
+        elif v.status == "faster":
+            v = self._cross_check_wall(cand, v)
         if weak:
             v.reasons += [f"weak check: {r}" for r in weak]
         return v
@@ -521,6 +537,41 @@ class Oracle:
         again = second_measurement(first)
         self._run(cand, built, again)
         return confirmed(first, again, "in a fresh worker")
+
+    def _cross_check_wall(self, cand: CandidateSpec, v: Verdict) -> Verdict:
+        """An instruction-count "faster" stands only if the trusted wall clock does not contradict it.
+
+        The counts come from inside the candidate's worker, under valgrind, where a candidate
+        could stop the counting around its own work; the wall clock is on the trusted side. The
+        same build (same flags, same seed, so the same inputs) is timed by a wall-clock oracle
+        that this one starts once and keeps; :func:`plausible.instructions_vs_wall` says how far
+        apart the two may honestly be.
+        """
+        from . import plausible
+
+        if self._wall is None:
+            config = replace(self.config, timer="time", seed=self.seed, cxxflags=self._cxxflags())
+            self._wall = Oracle(self.reference, config, self.root, progress=self.progress, workloads=self.workload_specs)
+            self._wall.prepare()
+        wall = self._wall.check([cand])[0]
+        v.diagnostics["wall"] = {"status": wall.status, "speedup": wall.speedup, "speedup_ci": wall.speedup_ci,
+                                 "reasons": wall.reasons}
+        if not wall.correct:
+            v.status = "rejected"
+            v.reasons = [f"--timer instructions: the wall-clock cross-check found it {wall.status}: {'; '.join(wall.reasons)[:300]}"]
+            return v
+        if not wall.speedup_ci:
+            return v
+        fractions = [d.get("bandwidth_fraction") for d in wall.diagnostics.get("workloads", {}).values()]
+        known = [f for f in fractions if f is not None]
+        why = plausible.instructions_vs_wall(v.speedup or 0.0, wall.speedup_ci[0], wall.speedup_ci[1],
+                                             bandwidth_fraction=max(known) if known else None)
+        if why:
+            v.status = "rejected"
+            v.reasons = [f"--timer instructions: {why}"]
+        else:
+            v.reasons.append(f"the wall clock agrees: {wall.speedup:.3g}x, 95% CI [{wall.speedup_ci[0]:.3g}, {wall.speedup_ci[1]:.3g}]")
+        return v
 
     def _job(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> dict[str, Any]:
         c = self.config
@@ -573,6 +624,9 @@ class Oracle:
         finished = False
         # the order the protocol allows: every correctness set, then timing, then "done"
         due = [(w.name, i) for w in self.workloads for i in range(len(w.expected))]
+        # then the range sets, whose results flag the verdict but do not fail it
+        range_due = [(w.name, label) for w in self.workloads for label in w.range_expected]
+        range_failed: dict[str, str] = {}
         timed = False
         try:
             for ev in child.messages():
@@ -594,6 +648,15 @@ class Oracle:
                         child.send("stop")
                         break
                     child.send("ok")
+                elif name == "range":
+                    if due or not range_due or (kw["workload"], kw["label"]) != range_due[0]:
+                        raise ProtocolError(f"range outputs for {kw['workload']!r} {kw['label']!r} out of turn")
+                    range_due.pop(0)
+                    why = range_mismatch(by_name[kw["workload"]].range_expected[kw["label"]], kw["outputs"], kw["raised"], c.atol, c.rtol)
+                    if why:
+                        range_failed.setdefault(kw["label"], why)
+                elif range_due and name in ("serving", "counts", "done"):
+                    raise ProtocolError(f"'{name}' before every range set's outputs")
                 elif name == "serving" and not due and not timed and c.timer == "time":
                     timed = True
                     if not self._time(child, v, timings, cand.format == "native"):
@@ -663,7 +726,19 @@ class Oracle:
         if v.status in ("runtime_error", "crash") and c.max_memory and _memory_related(v.reasons):
             v.reasons.append(f"the memory limit was {c.max_memory / GiB:.3g} GiB (--max-memory)")
         if finished and not v.reasons:
+            self._flag_range(v, range_failed)
             self._score(v, timings)
+
+    def _flag_range(self, v: Verdict, failed: dict[str, str]) -> None:
+        """``range_limited`` from the range sets the candidate got wrong (the text says what passed)."""
+        tried = list(dict.fromkeys(label for w in self.workloads for label in w.range_expected))
+        if not tried:
+            return
+        passed = [label for label in tried if label not in failed]
+        v.diagnostics["range"] = {"passed": passed, "failed": failed}
+        if failed:
+            v.range_limited = ranges.describe(passed, list(failed))
+            v.diagnostics["range_limited"] = v.range_limited
 
     def _time(self, child: Job, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]], native: bool) -> bool:
         """Time every workload from this process (the trusted clock); False when that ended the verdict."""
@@ -817,6 +892,21 @@ def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str) 
         if undecided(v.status, v.speedup_ci, min_speedup):
             v.diagnostics["undecided"] = True
             v.reasons[0] += f": too noisy to decide (the interval spans a factor of {sp.high / sp.low:.3g})"
+
+
+def range_mismatch(expected: list[Any], got: list[Any], raised: str, atol: float | None, rtol: float | None) -> str | None:
+    """Why a candidate's outputs on a range set differ from the reference's, or None.
+
+    NaN and inf must sit where the reference has them; finite values within the tolerances."""
+    if raised:
+        return f"raised: {raised[:200]}"
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, expected {len(expected)}"
+    for i, (e, g) in enumerate(zip(expected, got)):
+        a, r = tolerances(e.dtype, atol, rtol)
+        if not ranges.special_equal(e, g, a, r):
+            return f"output {i} differs"
+    return None
 
 
 def sandbox_warning(isolation: Isolation) -> str | None:

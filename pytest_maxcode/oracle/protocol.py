@@ -44,6 +44,7 @@ EVENTS: dict[str, dict[str, Any]] = {
     "stage": {"what": _is(str)},
     "loaded": {"load_s": _is(float, int)},
     "outputs": {"workload": _is(str), "set": _is(int), "outputs": _tensor_list},
+    "range": {"workload": _is(str), "label": _is(str), "outputs": _tensor_list, "raised": _is(str)},
     "serving": {},
     "mapped": {},
     "staged": {"fresh": _is(bool)},

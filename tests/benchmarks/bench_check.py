@@ -67,7 +67,7 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
 """
 
 RELU = {
-    "ternary": "v = v > 0.f ? v : 0.f;",
+    "ternary": "v = v < 0.f ? 0.f : v;",
     "fmax": "v = std::fmax(v, 0.f);",
 }
 
@@ -164,7 +164,7 @@ torch::Tensor fused_chain(torch::Tensor x, torch::Tensor b) {
 #pragma omp simd
       for (int64_t c = 0; c < cols; ++c) {
         float v = xr[c] * 2.0f + bp[c];
-        v = v > 0.f ? v : 0.f;
+        v = v < 0.f ? 0.f : v;
         yr[c] = v * v - 0.5f;
       }
     }

@@ -337,17 +337,46 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
         cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in sets]
         out_meta = [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in expected[0]]
         in_bytes = sum(v.numel() * v.element_size() for v in cpu_sets[0] if isinstance(v, torch.Tensor))
+        ranged = _reference_ranges(fn, cpu_sets[0], expected[0], out_meta, job, device) if job.get("ranges") else []
         workloads.append({
             "name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta,
             "in_bytes": in_bytes, "returns": returns, "flops": _count_flops(fn, sets[0], device),
             "rejected": rejected, "generated": len(w.get("seeds", [])),
+            "range": [(label, values) for label, values, _outs in ranged],
+            "range_expected": [(label, outs) for label, _values, outs in ranged],
         })
     # Files, not the channel: the zygote loads the inputs, and only the parent the
     # expected outputs (it deletes that file before any candidate runs).
-    torch.save([{k: w[k] for k in ("name", "sets", "out_meta")} for w in workloads], job["inputs_out"])
-    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns", "flops", "rejected", "generated")}
+    torch.save([{k: w[k] for k in ("name", "sets", "out_meta", "range")} for w in workloads], job["inputs_out"])
+    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns", "flops", "rejected", "generated", "range_expected")}
                 for w in workloads], job["expected_out"])
     _send_child(conn, "reference")
+
+
+def _reference_ranges(fn, first: list, first_expected: list, out_meta: list, job: dict, device: str) -> list:
+    """The range sets (``_maxcode_ranges``) the reference accepts, made from the first input set
+    with the run's seed, with the reference's outputs on them: ``[(label, inputs, outputs)]``.
+    A set the reference raises on, or whose outputs change shape, is not used."""
+    import torch
+
+    import _maxcode_ranges as ranges
+
+    kept = []
+    with torch.no_grad():
+        for label, values in ranges.range_sets(first, int(job.get("range_seed") or 0)):
+            args = _to_device([_clone(v) for v in values], device)
+            try:
+                result = fn(*args)
+                _sync(device)
+                outs = [a for a in args if isinstance(a, torch.Tensor)] if job.get("inplace") else _as_outputs(result)
+            except Exception:
+                continue
+            outs = [o.detach().to("cpu").clone() for o in outs]
+            if not job.get("inplace") and [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in outs] != out_meta:
+                continue
+            if ranges.keep_set(label, first_expected, outs):
+                kept.append((label, [v.to("cpu") if isinstance(v, torch.Tensor) else v for v in values], outs))
+    return kept
 
 
 #: a floating tensor with at most this many distinct values is treated as discrete (levels,
@@ -759,6 +788,8 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
         left = _descendants({me})
         if left:
             raise CandidateError("rejected", f"the candidate left {len(left)} process(es) running")
+    for w in inputs:
+        _run_ranges(w, cand, native, extras_cand, device, inplace, conn)
 
     gc.collect()
     gc.disable()  # a collection inside a timed call is noise, not the kernel's cost
@@ -780,6 +811,27 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
     if left:
         raise CandidateError("rejected", f"the candidate left {len(left)} process(es) running")
     _send_child(conn, "done")
+
+
+def _run_ranges(w: dict, cand, native: bool, extras: list, device: str, inplace: bool, conn: Connection) -> None:
+    """The candidate's outputs on the workload's range sets, for the trusted side to compare;
+    a call that raises is reported as such (range-limited, not a failed candidate)."""
+    ranged = w.get("range") or []
+    if not ranged:
+        return
+    side = _Side("candidate", [values for _label, values in ranged], 1, device, cand if native else cand.call, extras,
+                 w["out_meta"], native, preallocated=True, inplace=inplace)
+    for i, (label, _values) in enumerate(ranged):
+        _send_child(conn, "stage", what=f"range {w['name']} {label}")
+        side.refill(i, poison=i)
+        try:
+            side.run(0)
+            _sync(device)
+            outs, raised = [o.detach().to("cpu").clone() for o in side.outputs(0)], ""
+        except Exception as e:
+            outs, raised = [], (str(e) if isinstance(e, CandidateError) else _one_line_exc(e)) or type(e).__name__
+        _send_child(conn, "range", workload=w["name"], label=label, outputs=outs, raised=raised)
+    side.discard()
 
 
 class _Callgrind:

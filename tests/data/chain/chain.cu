@@ -6,7 +6,8 @@
 __global__ void chain(const float* x, const float* b, float* y, int64_t n, int64_t cols) {
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i < n) {
-    float v = fmaxf(x[i] * 2.0f + b[i % cols], 0.f);
+    float v = x[i] * 2.0f + b[i % cols];
+    v = v < 0.f ? 0.f : v;  // NaN stays NaN, as in torch.relu
     y[i] = v * v - 0.5f;
   }
 }

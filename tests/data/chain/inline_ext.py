@@ -13,7 +13,7 @@ torch::Tensor chain(torch::Tensor x, torch::Tensor b) {
   const int64_t cols = x.size(1), n = x.numel();
   for (int64_t i = 0; i < n; ++i) {
     float v = xp[i] * 2.0f + bp[i % cols];
-    v = v > 0.f ? v : 0.f;
+    v = v < 0.f ? 0.f : v;
     yp[i] = v * v - 0.5f;
   }
   return y;

@@ -19,7 +19,7 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
       const float v = x[r * cols + c] * scale[c] + shift[c];
-      y[r * cols + c] = v > 0.f ? v : 0.f;
+      y[r * cols + c] = v < 0.f ? 0.f : v;  // NaN stays NaN, as in torch.relu
     }
   }
   return 0;
