@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.search import Node
+from ..oracle.verdict import Verdict
 
 LAUNCH_BOUND_S = 20e-6  # below this per call, fixed costs (threads, allocation) dominate
 NEAR_ROOF = 0.6  # share of the measured copy bandwidth that counts as memory-bound
@@ -68,7 +69,7 @@ class RuleCritic:
         return _correct(v.speedup, v.diagnostics)
 
 
-def _program(v: Any) -> Critique:
+def _program(v: Verdict) -> Critique:
     """A whole program judged on test cases: its output differs on one, or it is correct and timed."""
     if v.status == "wrong":
         m = v.diagnostics.get("mismatch") or {}

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .._files import write_atomic
 from ..oracle.check import NATIVE_EXTS, CandidateSpec
+from .program_variants import program_variants
 from .state import Proposal, SearchState
 from .strategy import Ask
 
@@ -185,8 +186,6 @@ class BuiltinPolicy:
                     spec = materialize(self.out_dir, text, lang, seed.stem, "program" if program else None)
                     out.append(Proposal(spec, f"seed:{seed.name}", params))
         if program:
-            from .program_variants import program_variants
-
             for stem, text, params in program_variants(self.target.source_file.read_text(errors="replace")):
                 out.append(Proposal(materialize(self.out_dir, text, "cpp", stem, "program"), f"rewrite:{stem}", params))
         # an nn.Module captured from tests has trained or random weights a ModelNew cannot rebuild;

@@ -8,13 +8,20 @@ what to do now (write, improve or fix).
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..llm.base import LLMRequest, Message
 from .observation import build_observation, fence
 from .state import Node, SearchState
+from .techniques import DESCRIPTIONS, LOOP, NAMES
+
+if TYPE_CHECKING:
+    from .policy import TargetInfo
 
 NATIVE_ABI = """\
 Write ONE self-contained {lang_name} translation unit that defines
@@ -165,8 +172,6 @@ INSTRUCTIONS = {
 
 def permitted_block(permitted: tuple[str, ...]) -> str:
     """What a stage of a staged schedule allows, and what it does not."""
-    from .techniques import DESCRIPTIONS, LOOP, NAMES
-
     allowed = [LOOP] + [t for t in NAMES if t in permitted and t != LOOP]
     barred = [t for t in NAMES if t not in allowed]
     lines = ["## Techniques permitted in this stage", "Use only:"] + [f"- {t}: {DESCRIPTIONS[t]}" for t in allowed]
@@ -202,6 +207,9 @@ def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mo
 
 def build_request(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...], sample: int,
                   permitted: tuple[str, ...] | None = None) -> LLMRequest:
+    """The request for one ask. Seven parameters: the target's context, the state, and the
+    ask as the policy resolved it (parent, mode, observation parts, sample number, permitted
+    techniques); tests call it with them one by one."""
     return LLMRequest(
         system=ctx.system(),
         messages=(Message("user", user_message(ctx, state, parent, mode, parts, permitted)),),
@@ -231,19 +239,16 @@ def parse_reply(text: str, fmt: str, lang: str, entry: str) -> tuple[str | None,
     return max(with_entry, key=len).rstrip() + "\n", None
 
 
-def target_reference_text(target: Any) -> str:
+def target_reference_text(target: TargetInfo) -> str:
     """What a prompt shows as the reference: a program's whole source, or a Python target's definition."""
     if target.kind == "program":
         return target.source_file.read_text(errors="replace")
     return reference_text(target.source_file, target.qualname)
 
 
-def reference_text(path: Any, qualname: str) -> str:
+def reference_text(path: Path, qualname: str) -> str:
     """The reference as the user wrote it (docstring and comments help a model), without its
     decorator, after the module's imports (the names it uses)."""
-    import ast
-    import textwrap
-
     source = path.read_text()
     tree = ast.parse(source)
     body, node = tree.body, None

@@ -10,23 +10,36 @@ import json
 import pickle
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .._extras import require
 from ..errors import MaxcodeError
+from ..store import Store
 from .features import FEATURE_NAMES, node_features
 from .labels import reward_to_go, trees
 
 MODEL_FILE = "model.pkl"
 META_FILE = "model.json"
 
+#: a search tree's key: (run id, target id)
+TreeKey = tuple[Any, str]
+
+
+class Regressor(Protocol):
+    """What the value model needs of scikit-learn's GradientBoostingRegressor."""
+
+    def fit(self, x: list[list[float]], y: list[float]) -> Regressor: ...
+
+    def predict(self, x: list[list[float]]) -> Sequence[float]: ...
+
 
 @dataclass
 class Row:
     node: dict[str, Any]
-    tree: tuple[Any, str]
+    tree: TreeKey
     features: list[float]
     label: float
     code: str | None
@@ -34,7 +47,7 @@ class Row:
     parent: dict[str, Any] | None
 
 
-def load_rows(store: Any, gamma: float) -> list[Row]:
+def load_rows(store: Store, gamma: float) -> list[Row]:
     """Every stored node with its features and reward-to-go label."""
     rows: list[Row] = []
     all_nodes = [n for t in store.target_ids() for n in store.nodes(t)]
@@ -49,11 +62,11 @@ def load_rows(store: Any, gamma: float) -> list[Row]:
     return rows
 
 
-def _sklearn() -> Any:
+def _sklearn() -> Callable[..., Regressor]:
     return require("sklearn.ensemble", "the value model (maxcode value train, --maxcode-rerank=light)").GradientBoostingRegressor
 
 
-def fit(rows: list[Row], seed: int = 0) -> Any:
+def fit(rows: list[Row], seed: int = 0) -> Regressor:
     if len(rows) < 4:
         raise MaxcodeError(f"only {len(rows)} stored node(s): run more searches (pytest --maxcode) before training")
     model = _sklearn()(n_estimators=150, max_depth=3, learning_rate=0.1, subsample=0.9, random_state=seed)
@@ -61,7 +74,7 @@ def fit(rows: list[Row], seed: int = 0) -> Any:
     return model
 
 
-def save(model: Any, out_dir: Path, *, gamma: float, rows: list[Row]) -> Path:
+def save(model: Regressor, out_dir: Path, *, gamma: float, rows: list[Row]) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / (MODEL_FILE + ".tmp")
     tmp.write_bytes(pickle.dumps({"model": model, "features": FEATURE_NAMES, "gamma": gamma}))
@@ -74,7 +87,7 @@ def save(model: Any, out_dir: Path, *, gamma: float, rows: list[Row]) -> Path:
     return out_dir / MODEL_FILE
 
 
-def load(path: Path) -> tuple[Any, float]:
+def load(path: Path) -> tuple[Regressor, float]:
     if not path.is_file():
         raise MaxcodeError(f"{path}: no value model; train one with maxcode value train")
     _sklearn()  # unpickling the model needs it: say which extra, not a bare ModuleNotFoundError
@@ -94,7 +107,7 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
 
 def sibling_groups(rows: list[Row]) -> list[list[Row]]:
     """Proposals that competed: the children of one parent (a tree's roots compete too)."""
-    groups: dict[tuple[Any, Any], list[Row]] = {}
+    groups: dict[tuple[TreeKey, int | None], list[Row]] = {}
     for r in rows:
         groups.setdefault((r.tree, r.node.get("parent_id")), []).append(r)
     return [g for g in groups.values() if len(g) >= 2 and len({x.label for x in g}) >= 2]
@@ -114,7 +127,7 @@ def evaluate(rows: list[Row], holdout: float = 0.3, seed: int = 0) -> dict[str, 
     pred = dict(zip((id(r) for r in test), model.predict([r.features for r in test])))
     groups = sibling_groups(test)
 
-    def top1(score: Any) -> float | None:
+    def top1(score: Callable[[Row], float]) -> float | None:
         if not groups:
             return None
         hits = 0
@@ -123,7 +136,7 @@ def evaluate(rows: list[Row], holdout: float = 0.3, seed: int = 0) -> dict[str, 
             hits += max(g, key=score).label == best_label
         return hits / len(groups)
 
-    def mean_spearman(score: Any) -> float | None:
+    def mean_spearman(score: Callable[[Row], float]) -> float | None:
         values = [s for g in groups if (s := _spearman([score(x) for x in g], [x.label for x in g])) is not None]
         return sum(values) / len(values) if values else None
 
