@@ -24,6 +24,7 @@ import math
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,39 +120,70 @@ def _prepare_dir(problem: Problem, work: Path, scale: float) -> tuple[Path, str,
     return d / f"{module}.py", module, {k: [a, b] for k, (a, b) in changes.items()}
 
 
-def _check(reference_file: Path, candidate: Path | None, compile_file: Path | None, device: str | None,
-           time_budget: float, root: Path, progress: Any) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class ProblemRun:
+    """How each problem of one ``maxcode bench kernelbench`` run is checked: its flags, resolved."""
+
+    scale: float
+    generations: Path | None  # a folder of ready candidates, or None to search for them
+    device: str | None
+    time_budget: float
+    compile_baseline: bool
+    search: Any = None  # called with (problem, reference file, module): (candidate file or None, reason)
+    progress: Callable[[str], None] = lambda m: None
+
+
+def _check(reference_file: Path, candidate: Path | None, compile_file: Path | None, run: ProblemRun) -> tuple[Any, Any]:
     # the oracle (and torch with it) loads when a problem is checked: keeps start-up fast
     from ..oracle.check import CandidateSpec, CheckConfig, Oracle
     from ..oracle.reference import parse_reference
 
     specs = [CandidateSpec.from_path(p) for p in (candidate, compile_file) if p is not None]
-    config = CheckConfig(device=device, time_budget=time_budget)
-    with Oracle(parse_reference(str(reference_file)), config, root, progress=progress) as oracle:
+    config = CheckConfig(device=run.device, time_budget=run.time_budget)
+    with Oracle(parse_reference(str(reference_file)), config, reference_file.parent, progress=run.progress) as oracle:
         verdicts = oracle.check(specs) if specs else []
     it = iter(verdicts)
     return (next(it) if candidate is not None else None), (next(it) if compile_file is not None else None)
 
 
-def run_problem(problem: Problem, work: Path, *, scale: float, generations: Path | None, device: str | None,
-                time_budget: float, compile_baseline: bool, search: Any = None, progress: Any = lambda m: None) -> ProblemResult:
-    start = time.monotonic()
-    ref_file, module, scaled = _prepare_dir(problem, work, scale)
-    result = ProblemResult(problem.number, problem.name, "no_candidate", scaled=scaled)
-    candidate: Path | None = None
-    if generations is not None:
-        found = generation_for(problem, generations)
+def _candidate(problem: Problem, ref_file: Path, module: str, run: ProblemRun, result: ProblemResult) -> Path | None:
+    """The problem's candidate: its generation, or what the search found (None: none, with the reason)."""
+    if run.generations is not None:
+        found = generation_for(problem, run.generations)
         if found is None:
-            result.reason = f"no generation for problem {problem.number} in {generations}"
-        else:
-            candidate = ref_file.parent / f"generation{found.suffix}"
-            shutil.copyfile(found, candidate)
-            result.candidate = str(found)
-    elif search is not None:
-        candidate, result.reason = search(problem, ref_file, module)
+            result.reason = f"no generation for problem {problem.number} in {run.generations}"
+            return None
+        candidate = ref_file.parent / f"generation{found.suffix}"
+        shutil.copyfile(found, candidate)
+        result.candidate = str(found)
+        return candidate
+    if run.search is not None:
+        candidate, result.reason = run.search(problem, ref_file, module)
         result.candidate = str(candidate) if candidate else None
+        return candidate
+    return None
+
+
+def _record(result: ProblemResult, verdict: Any, compiled: Any) -> None:
+    if compiled is not None:
+        result.compile_status = compiled.status
+        result.compile_speedup = compiled.speedup if compiled.correct else None
+    if verdict is not None:
+        result.status, result.correct = verdict.status, verdict.correct
+        result.speedup, result.speedup_ci = verdict.speedup, verdict.speedup_ci
+        result.weak_check = verdict.weak_check
+        result.reason = (verdict.reasons or [""])[0]
+        if verdict.correct and verdict.speedup and result.compile_speedup:
+            result.speedup_vs_compile = verdict.speedup / result.compile_speedup
+
+
+def run_problem(problem: Problem, work: Path, run: ProblemRun) -> ProblemResult:
+    start = time.monotonic()
+    ref_file, module, scaled = _prepare_dir(problem, work, run.scale)
+    result = ProblemResult(problem.number, problem.name, "no_candidate", scaled=scaled)
+    candidate = _candidate(problem, ref_file, module, run, result)
     compile_file = None
-    if compile_baseline:
+    if run.compile_baseline:
         from ..search.policy import compile_candidate_text  # only for --compile-baseline: keeps start-up fast
 
         compile_file = ref_file.parent / "compile_baseline.py"
@@ -165,23 +197,12 @@ def run_problem(problem: Problem, work: Path, *, scale: float, generations: Path
         result.wall_s = time.monotonic() - start
         return result
     try:
-        verdict, compiled = _check(ref_file, candidate, compile_file, device, time_budget, ref_file.parent, progress)
+        verdict, compiled = _check(ref_file, candidate, compile_file, run)
     except MaxcodeError as e:
         result.status, result.reason = "reference_error", str(e)
         result.wall_s = time.monotonic() - start
         return result
-    if same:
-        compiled = verdict
-    if compiled is not None:
-        result.compile_status = compiled.status
-        result.compile_speedup = compiled.speedup if compiled.correct else None
-    if verdict is not None:
-        result.status, result.correct = verdict.status, verdict.correct
-        result.speedup, result.speedup_ci = verdict.speedup, verdict.speedup_ci
-        result.weak_check = verdict.weak_check
-        result.reason = (verdict.reasons or [""])[0]
-        if verdict.correct and verdict.speedup and result.compile_speedup:
-            result.speedup_vs_compile = verdict.speedup / result.compile_speedup
+    _record(result, verdict, verdict if same else compiled)
     result.wall_s = time.monotonic() - start
     return result
 
@@ -232,12 +253,12 @@ def run(ns: argparse.Namespace) -> int:
         from .kernelbench_search import Searcher  # the search and the LLM load only for a search: keeps start-up fast
 
         search = Searcher(out, ns, device, progress=lambda m: console.print(f"  {m}", highlight=False))
+    how = ProblemRun(ns.scale, generations, device, ns.time_budget, not ns.no_compile_baseline, search)
     rows = []
     try:
         for i, problem in enumerate(problems, 1):
             console.print(f"[{i}/{len(problems)}] {problem.id}", highlight=False)
-            r = run_problem(problem, work, scale=ns.scale, generations=generations, device=device, time_budget=ns.time_budget,
-                            compile_baseline=not ns.no_compile_baseline, search=search)
+            r = run_problem(problem, work, how)
             console.print(f"  {r.status} {_x(r.speedup)} vs eager, torch.compile {_x(r.compile_speedup)}, {r.wall_s:.1f} s", highlight=False)
             rows.append(r)
     finally:

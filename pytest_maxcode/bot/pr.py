@@ -82,6 +82,7 @@ class Bot:
     def __init__(self, root: Path, report: dict[str, Any], *, repo_name: str, base: str | None, remote: str = "origin",
                  author: str = DEFAULT_AUTHOR, draft: bool = False, labels: tuple[str, ...] = (), dry_run: bool = False,
                  api_url: str | None = None) -> None:
+        """Many parameters because they are ``maxcode pr``'s options, keyword-only, as the command passes them."""
         self.root = root
         self.report = report
         self.repo_name = repo_name

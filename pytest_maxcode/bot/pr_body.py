@@ -60,7 +60,8 @@ def _ci(ci: Sequence[float] | None) -> str:
 
 def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel_path: str, kernel_hash: str,
          branch: str) -> str:
-    machine = report.get("machine") or {}
+    """The pull request's text: the speedup by workload, the warnings, the user's benchmarks and
+    tests re-run, the machine, the search, the source and how to check it, in that order."""
     best = t.get("best") or {}
     lang = str(best.get("lang"))
     ref = t.get("reference") or {}
@@ -78,6 +79,18 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
         out.append(f"| `{w['signature']}` ({w['n_sets']} input sets) | {fmt_time(w.get('reference_s'))} | {fmt_time(w.get('candidate_s'))} | "
                    f"{w['speedup']:.3g}x{_ci(w.get('speedup_ci'))} |")
     out += ["", f"Verdict: {t.get('reason', '')}"]
+    out += _warnings(t)
+    out += _benchmarks(t.get("benchmarks") or [])
+    out += _tests(t)
+    out += _environment(t, report)
+    out += _search(t)
+    out += _source(t, source, kernel_path, lang)
+    out += _check_it(t, branch)
+    return "\n".join(out) + "\n"
+
+
+def _warnings(t: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
     if sandbox_weak(t.get("sandbox")):
         out += ["", f"> [!WARNING]\n> The candidates were checked without a full OS sandbox: {md_escape(str(t.get('sandbox')))}. "
                 "Candidate code could reach the timer, the network and this user's files; re-check with bubblewrap installed."]
@@ -85,47 +98,70 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel
         out += ["", f"> [!CAUTION]\n> Range-limited: {md_escape(str(t['range_limited']))}. The kernel is right on the inputs "
                 "your tests pass, not on the wider or special values (NaN, inf, large magnitudes) listed as failed; "
                 "this target sets `accept_range_limited`, so it is proposed anyway."]
-    benchmarks = t.get("benchmarks") or []
-    if benchmarks:
-        runs = max((int(b.get("runs") or 1) for b in benchmarks), default=1)
-        how = f"{runs} runs each, alternating" if runs > 1 else "one run each"
-        out += ["", f"### Your benchmarks (pytest-benchmark, re-run with and without the kernel: {how})", "",
-                "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup (95% CI) | rounds |", "|---|---:|---:|---:|---:|"]
-        for b in benchmarks:
-            r, c = b["reference"], b["candidate"]
-            out.append(f"| `{b['name']}` | {fmt_time(r['median_s'])} ± {fmt_time(r.get('stddev_s'))} | {fmt_time(c['median_s'])} ± "
-                       f"{fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x{_ci(b.get('speedup_ci'))} | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
+    return out
+
+
+def _benchmarks(benchmarks: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not benchmarks:
+        return []
+    runs = max((int(b.get("runs") or 1) for b in benchmarks), default=1)
+    how = f"{runs} runs each, alternating" if runs > 1 else "one run each"
+    out = ["", f"### Your benchmarks (pytest-benchmark, re-run with and without the kernel: {how})", "",
+           "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup (95% CI) | rounds |", "|---|---:|---:|---:|---:|"]
+    for b in benchmarks:
+        r, c = b["reference"], b["candidate"]
+        out.append(f"| `{b['name']}` | {fmt_time(r['median_s'])} ± {fmt_time(r.get('stddev_s'))} | {fmt_time(c['median_s'])} ± "
+                   f"{fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x{_ci(b.get('speedup_ci'))} | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
+    return out
+
+
+def _tests(t: Mapping[str, Any]) -> list[str]:
     tests = t.get("tests") or {}
     rerun = tests.get("rerun") or []
     heading = "### Tests re-run with the kernel active"
     if is_program(t):
         heading = "### Test cases and tests re-run on the rewrite" if tests.get("pytest") else "### Test cases re-run on a fresh build of the rewrite"
-    out += ["", heading, "",
-            f"{'✅' if tests.get('passed') else '❌'} {tests.get('summary', '')}"
-            + (f"; the kernel was called {tests['kernel_calls']} time(s)" if tests.get("kernel_calls") else "")]
+    out = ["", heading, "",
+           f"{'✅' if tests.get('passed') else '❌'} {tests.get('summary', '')}"
+           + (f"; the kernel was called {tests['kernel_calls']} time(s)" if tests.get("kernel_calls") else "")]
     if rerun:
         out += ["", "<details><summary>" + f"{len(rerun)} test(s)" + "</summary>", "", *[f"- `{n}`" for n in rerun], "", "</details>"]
-    out += ["", "### Environment", "",
+    return out
+
+
+def _environment(t: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
+    machine = report.get("machine") or {}
+    return ["", "### Environment", "",
             f"- device: {t.get('device', '?')}" + (f" ({machine['gpu']})" if machine.get("gpu") else "") + f", arch {t.get('arch', '?')}",
             f"- CPU: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores",
             f"- torch {machine.get('torch', '?')}, pytest-maxcode {report.get('tool_version', '?')}"]
+
+
+def _search(t: Mapping[str, Any]) -> list[str]:
     search = t.get("search") or {}
     cands = t.get("candidates") or {}
-    if search:
-        model = search.get("llm") or "no model (built-in candidates)"
-        out += ["", "### Search", "",
-                f"- strategy `{search.get('strategy')}`, policy `{search.get('policy')}`, model {model}",
-                f"- {cands.get('tried', 0)} candidate(s) tried, {cands.get('correct', 0)} correct, {cands.get('faster', 0)} faster; "
-                f"stopped because {search.get('stop_reason', '?')}",
-                f"- {search.get('llm_calls', 0)} LLM call(s), {search.get('tokens', 0)} tokens, ${float(search.get('cost_usd') or 0):.4f}"]
+    if not search:
+        return []
+    model = search.get("llm") or "no model (built-in candidates)"
+    return ["", "### Search", "",
+            f"- strategy `{search.get('strategy')}`, policy `{search.get('policy')}`, model {model}",
+            f"- {cands.get('tried', 0)} candidate(s) tried, {cands.get('correct', 0)} correct, {cands.get('faster', 0)} faster; "
+            f"stopped because {search.get('stop_reason', '?')}",
+            f"- {search.get('llm_calls', 0)} LLM call(s), {search.get('tokens', 0)} tokens, ${float(search.get('cost_usd') or 0):.4f}"]
+
+
+def _source(t: Mapping[str, Any], source: str, kernel_path: str, lang: str) -> list[str]:
     shown = source if len(source) <= MAX_SOURCE_CHARS else source[:MAX_SOURCE_CHARS] + "\n... (truncated; the file is in this PR)"
     what = "The rewritten program" if is_program(t) else "Kernel source"
-    out += ["", f"<details><summary>{what}: <code>{kernel_path}</code> ({source.count(chr(10)) + 1} lines)</summary>", "",
+    return ["", f"<details><summary>{what}: <code>{kernel_path}</code> ({source.count(chr(10)) + 1} lines)</summary>", "",
             f"```{FENCES.get(lang, '')}", shown.rstrip(), "```", "", "</details>"]
-    out += ["", "### Check it yourself", "", "```",
+
+
+def _check_it(t: Mapping[str, Any], branch: str) -> list[str]:
+    rerun = (t.get("tests") or {}).get("rerun") or []
+    return ["", "### Check it yourself", "", "```",
             f"git fetch origin {branch} && git checkout {branch}",
             *([] if is_program(t) else ["maxcode status          # the kernel is active for this machine",
                                       f"pytest {' '.join(rerun[:3]) if rerun else ''}".rstrip() + "          # your tests, with the kernel"]),
             f"pytest --maxcode --maxcode-target='{t['id']}'   # search and verify again here",
             "```", "", "<sub>Opened by pytest-maxcode. Closing this PR without merging keeps this kernel from being proposed again.</sub>"]
-    return "\n".join(out) + "\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _format as f
@@ -230,17 +231,25 @@ def has_tree(trajectory: Sequence[Mapping[str, Any]]) -> bool:
     return any("parent" in e or "depth" in e for e in trajectory)
 
 
-def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: str = "", speedup: Any = None) -> str:
-    """The search tree: the reference on top, each evaluation a dot under the one it improved or fixed.
+@dataclass
+class _TreeLayout:
+    """Where each evaluation of a trajectory sits in the tree: parent, depth, horizontal slot."""
 
-    Dots are coloured by verdict, the best candidate ringed and labelled (with ``speedup``, the
-    report's figure, when the ring is on the report's best candidate); hovering a dot shows its
-    verdict, speedup, reward, origin and step. Leaves are spread left to right in the order the
-    search made them, each parent centred over its children; a wide tree widens the picture.
-    """
+    par: list[int | None]
+    children: list[list[int]]
+    depth: list[int]
+    order: list[int]  # depth first from the roots: a parent before its children
+    xslot: list[float]
+    leaves: int
+
+    @property
+    def roots(self) -> list[int]:
+        return [k for k in self.order if self.par[k] is None]
+
+
+def _tree_layout(trajectory: Sequence[Mapping[str, Any]]) -> _TreeLayout:
+    """Depths from the structure, leaves numbered left to right, each parent centred over its children."""
     n = len(trajectory)
-    if n == 0:
-        return '<p class="empty">no evaluations</p>'
     pos_of = {e.get("index"): k for k, e in enumerate(trajectory) if isinstance(e.get("index"), int)}
     par: list[int | None] = []
     for k, e in enumerate(trajectory):
@@ -250,7 +259,6 @@ def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: s
     for k, p in enumerate(par):
         if p is not None:
             children[p].append(k)
-    # depth-first from the roots: depths from the structure, leaves numbered left to right
     depth = [0] * n
     order: list[int] = []
     seen: set[int] = set()
@@ -266,7 +274,6 @@ def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: s
             par[k], children[k], depth[k] = None, [], 0
             order.append(k)
             seen.add(k)
-    roots = [k for k in order if par[k] is None]
     xslot = [0.0] * n
     leaves = 0
     for k in order:
@@ -276,34 +283,101 @@ def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: s
     for k in reversed(order):  # children come after their parent in ``order``: centre parents last
         if children[k]:
             xslot[k] = (xslot[children[k][0]] + xslot[children[k][-1]]) / 2
+    return _TreeLayout(par, children, depth, order, xslot, leaves)
 
-    levels = max(depth) + 2  # the reference's row, then depths 0..max
-    ml, mr, mt = 64, 72, 20
-    gap = min(36.0, max(10.0, (_W - ml - mr) / max(leaves, 1)))
-    width = max(_W, int(ml + mr + gap * max(leaves - 1, 0)) + 1)
-    row = min(56.0, max(18.0, 420 / max(levels - 1, 1)))
-    top = _best_index(trajectory, best)
-    # legend: the verdicts present in the usual order, then the best ring; wrapped to the width
+
+def _tree_legend(trajectory: Sequence[Mapping[str, Any]], with_best: bool, left: float, width: int) -> list[tuple[str, float, int]]:
+    """The verdicts present in the usual order, then the best ring, wrapped to the width:
+    (status, or "" for the best ring; x; legend row)."""
     present = [st for st in STATUS_COLOURS if any(e.get("status") == st for e in trajectory)]
     present += sorted({str(e.get("status")) for e in trajectory} - set(STATUS_COLOURS))
-    legend: list[tuple[str, float, int]] = []  # (status or "" for best, x, row)
-    lx, lrow = float(ml), 0
-    for st in present + ([""] if top is not None else []):
+    legend: list[tuple[str, float, int]] = []
+    lx, lrow = float(left), 0
+    for st in present + ([""] if with_best else []):
         w = 18 + 7 * len(st or "best")
-        if lx + w > width - 8 and lx > ml:
-            lx, lrow = float(ml), lrow + 1
+        if lx + w > width - 8 and lx > left:
+            lx, lrow = float(left), lrow + 1
         legend.append((st, lx, lrow))
         lx += w
+    return legend
+
+
+def _tree_dot(e: Mapping[str, Any], k: int, best: bool, cx: float, cy: float, r: float) -> str:
+    """One evaluation's dot, with its verdict, speedup, reward, origin and step on hover."""
+    status = str(e.get("status", "?"))
+    speed = f.finite(e.get("speedup"))
+    reward = f.finite(e.get("reward"))
+    tip = (
+        f"#{e.get('index', k)}"
+        + (f" (node {e['node']})" if e.get("node") is not None else "")
+        + f" {status}, speedup {f.fmt_ratio(speed)}, reward {'-' if reward is None else f'{reward:.3g}'}, "
+        f"origin {e.get('origin', '?')}, step {e.get('step', '-')}"
+        + (f", strategy {e['strategy']}" if e.get("strategy") else "")
+    )
+    reasons = e.get("reasons")
+    if isinstance(reasons, Sequence) and not isinstance(reasons, str) and reasons:
+        tip += f": {reasons[0]}"
+    if best:
+        tip += " (best)"
+    ring = ' stroke="#0969da" stroke-width="3" data-best="1"' if best else ' stroke="#ffffff" stroke-width="1"'
+    return (
+        f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{r + 2 if best else r:.1f}" fill="{STATUS_COLOURS.get(status, "#59636e")}"'
+        f'{ring} data-status="{esc(status)}"><title>{esc(tip)}</title></circle>'
+    )
+
+
+def _best_label(e: Mapping[str, Any], best: Any, speedup: Any, cx: float, cy: float, r: float) -> str:
+    """The best dot's label: the report's figure when the dot is the report's best candidate."""
+    same = isinstance(best, Mapping) and best.get("hash") and e.get("hash") == best["hash"]
+    quoted = speedup if same and f.finite(speedup) is not None else e.get("speedup")
+    return (
+        f'<text x="{cx + r + 5:.1f}" y="{cy + 4:.1f}" style="fill:#0969da;font-weight:600">'
+        f"best {esc(f.fmt_ratio(quoted))}</text>"
+    )
+
+
+def _tree_legend_svg(legend: Sequence[tuple[str, float, int]], top: float) -> list[str]:
+    parts: list[str] = []
+    for st, lx, lrow in legend:
+        ly = top + 16 * lrow
+        if st:
+            parts.append(f'<circle cx="{lx:.0f}" cy="{ly:.0f}" r="4" fill="{STATUS_COLOURS.get(st, "#59636e")}"/>')
+            parts.append(f'<text x="{lx + 7:.0f}" y="{ly + 4:.0f}">{esc(st)}</text>')
+        else:
+            parts.append(f'<circle cx="{lx:.0f}" cy="{ly:.0f}" r="5" fill="#ffffff" stroke="#0969da" stroke-width="3"/>')
+            parts.append(f'<text x="{lx + 9:.0f}" y="{ly + 4:.0f}">best</text>')
+    return parts
+
+
+def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: str = "", speedup: Any = None) -> str:
+    """The search tree: the reference on top, each evaluation a dot under the one it improved or fixed.
+
+    Dots are coloured by verdict, the best candidate ringed and labelled (with ``speedup``, the
+    report's figure, when the ring is on the report's best candidate); hovering a dot shows its
+    verdict, speedup, reward, origin and step. Leaves are spread left to right in the order the
+    search made them, each parent centred over its children; a wide tree widens the picture.
+    """
+    if not trajectory:
+        return '<p class="empty">no evaluations</p>'
+    t = _tree_layout(trajectory)
+    roots = t.roots
+    levels = max(t.depth) + 2  # the reference's row, then depths 0..max
+    ml, mr, mt = 64, 72, 20
+    gap = min(36.0, max(10.0, (_W - ml - mr) / max(t.leaves, 1)))
+    width = max(_W, int(ml + mr + gap * max(t.leaves - 1, 0)) + 1)
+    row = min(56.0, max(18.0, 420 / max(levels - 1, 1)))
+    top = _best_index(trajectory, best)
+    legend = _tree_legend(trajectory, top is not None, ml, width)
     plot_bottom = mt + row * (levels - 1)
-    height = int(plot_bottom + 30 + 16 * (lrow + 1)) + 1
-    span = gap * max(leaves - 1, 0)
+    height = int(plot_bottom + 30 + 16 * (legend[-1][2] + 1 if legend else 1)) + 1
+    span = gap * max(t.leaves - 1, 0)
     x0 = ml + ((width - ml - mr) - span) / 2
     r = min(7.0, max(3.0, gap * 0.3))
 
     def xy(k: int) -> tuple[float, float]:
-        return x0 + xslot[k] * gap, mt + row * (depth[k] + 1)
+        return x0 + t.xslot[k] * gap, mt + row * (t.depth[k] + 1)
 
-    ref_x = (x0 + (min(xslot[k] for k in roots) + max(xslot[k] for k in roots)) / 2 * gap) if roots else x0
+    ref_x = (x0 + (min(t.xslot[k] for k in roots) + max(t.xslot[k] for k in roots)) / 2 * gap) if roots else x0
     ref_y = float(mt)
     label = title or "search tree"
     parts = [
@@ -316,54 +390,19 @@ def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: s
     parts.append(f'<text x="8" y="{ref_y + 4:.1f}">reference</text>')
     for d in range(0, levels - 1, every):
         parts.append(f'<text x="8" y="{mt + row * (d + 1) + 4:.1f}" style="fill:#59636e">depth {d}</text>')
-    # edges under the dots
-    for k in order:
+    for k in t.order:  # edges under the dots
         x1, y1 = xy(k)
-        px, py = xy(par[k]) if par[k] is not None else (ref_x, ref_y)
+        parent = t.par[k]
+        px, py = xy(parent) if parent is not None else (ref_x, ref_y)
         parts.append(f'<line x1="{px:.1f}" y1="{py:.1f}" x2="{x1:.1f}" y2="{y1:.1f}" stroke="#afb8c1" stroke-width="1"/>')
     parts.append(
         f'<rect x="{ref_x - 5:.1f}" y="{ref_y - 5:.1f}" width="10" height="10" fill="#59636e">'
         f"<title>the reference: every root starts from it</title></rect>"
     )
-    for k in order:
-        e = trajectory[k]
-        status = str(e.get("status", "?"))
-        cx, cy = xy(k)
-        speed = f.finite(e.get("speedup"))
-        reward = f.finite(e.get("reward"))
-        tip = (
-            f"#{e.get('index', k)}"
-            + (f" (node {e['node']})" if e.get("node") is not None else "")
-            + f" {status}, speedup {f.fmt_ratio(speed)}, reward {'-' if reward is None else f'{reward:.3g}'}, "
-            f"origin {e.get('origin', '?')}, step {e.get('step', '-')}"
-            + (f", strategy {e['strategy']}" if e.get("strategy") else "")
-        )
-        reasons = e.get("reasons")
-        if isinstance(reasons, Sequence) and not isinstance(reasons, str) and reasons:
-            tip += f": {reasons[0]}"
-        if k == top:
-            tip += " (best)"
-        ring = ' stroke="#0969da" stroke-width="3" data-best="1"' if k == top else ' stroke="#ffffff" stroke-width="1"'
-        parts.append(
-            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{r + 2 if k == top else r:.1f}" fill="{STATUS_COLOURS.get(status, "#59636e")}"'
-            f'{ring} data-status="{esc(status)}"><title>{esc(tip)}</title></circle>'
-        )
+    parts += [_tree_dot(trajectory[k], k, k == top, *xy(k), r) for k in t.order]
     if top is not None:
-        cx, cy = xy(top)
-        same = isinstance(best, Mapping) and best.get("hash") and trajectory[top].get("hash") == best["hash"]
-        quoted = speedup if same and f.finite(speedup) is not None else trajectory[top].get("speedup")
-        parts.append(
-            f'<text x="{cx + r + 5:.1f}" y="{cy + 4:.1f}" style="fill:#0969da;font-weight:600">'
-            f"best {esc(f.fmt_ratio(quoted))}</text>"
-        )
-    for st, lx, lrow in legend:
-        ly = plot_bottom + 30 + 16 * lrow
-        if st:
-            parts.append(f'<circle cx="{lx:.0f}" cy="{ly:.0f}" r="4" fill="{STATUS_COLOURS.get(st, "#59636e")}"/>')
-            parts.append(f'<text x="{lx + 7:.0f}" y="{ly + 4:.0f}">{esc(st)}</text>')
-        else:
-            parts.append(f'<circle cx="{lx:.0f}" cy="{ly:.0f}" r="5" fill="#ffffff" stroke="#0969da" stroke-width="3"/>')
-            parts.append(f'<text x="{lx + 9:.0f}" y="{ly + 4:.0f}">best</text>')
+        parts.append(_best_label(trajectory[top], best, speedup, *xy(top), r))
+    parts += _tree_legend_svg(legend, plot_bottom + 30)
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -439,8 +478,16 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
         items = "".join(f"<li><code>{esc(n)}</code></li>" for n in tests["rerun"])
         out.append(f"<li>tests re-run: {esc(f.fmt_tests(tests))}<ul>{items}</ul></li>")
     out.append("</ul>")
+    out += _search_figures(t, min_speedup)
+    out += _workloads_table(t.get("workloads") or [])
+    out += _benchmarks_table(t.get("benchmarks") or [])
+    out.append("</section>")
+    return "\n".join(out)
 
-    out.append("<h3>Search trajectory</h3>")
+
+def _search_figures(t: Mapping[str, Any], min_speedup: float | None) -> list[str]:
+    """The trajectory, the tree (when the search branched) and the per-strategy curves."""
+    out = ["<h3>Search trajectory</h3>"]
     trajectory = t.get("trajectory") or []
     out.append(trajectory_svg(trajectory, min_speedup, title=f"{t.get('id', '?')}: best-so-far speedup"))
     if trajectory and has_tree(trajectory):
@@ -452,62 +499,56 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
     if isinstance(curves, Mapping) and curves:
         out.append("<h3>Best so far by strategy</h3>")
         out.append(curves_svg(curves, min_speedup, title=f"{t.get('id', '?')}: best-so-far speedup by strategy"))
+    return out
 
-    workloads = t.get("workloads") or []
-    if workloads:
-        out.append("<h3>Workloads</h3>")
-        out.append(
-            _table(
-                ("workload", "signature", "input sets", "reference", "candidate", "speedup"),
-                [
-                    (
-                        str(w.get("name", "?")),
-                        str(w.get("signature", "")),
-                        str(w.get("n_sets", "-")),
-                        f.fmt_time(w.get("reference_s")),
-                        f.fmt_time(w.get("candidate_s")),
-                        f.fmt_speedup(w.get("speedup"), w.get("speedup_ci")),
-                    )
-                    for w in workloads
-                ],
-                numeric=(2, 3, 4, 5),
+
+def _workloads_table(workloads: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not workloads:
+        return []
+    rows = [
+        (
+            str(w.get("name", "?")),
+            str(w.get("signature", "")),
+            str(w.get("n_sets", "-")),
+            f.fmt_time(w.get("reference_s")),
+            f.fmt_time(w.get("candidate_s")),
+            f.fmt_speedup(w.get("speedup"), w.get("speedup_ci")),
+        )
+        for w in workloads
+    ]
+    header = ("workload", "signature", "input sets", "reference", "candidate", "speedup")
+    return ["<h3>Workloads</h3>", _table(header, rows, numeric=(2, 3, 4, 5))]
+
+
+def _benchmarks_table(benchmarks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """pytest-benchmark's numbers for the reference and the applied kernel, side by side."""
+    if not benchmarks:
+        return []
+    rows = []
+    for b in benchmarks:
+        r = b.get("reference") if isinstance(b.get("reference"), Mapping) else {}
+        c = b.get("candidate") if isinstance(b.get("candidate"), Mapping) else {}
+        rows.append(
+            (
+                str(b.get("name", "?")),
+                f.fmt_time(r.get("median_s")),
+                f.fmt_time(c.get("median_s")),
+                f"{f.fmt_time(r.get('mean_s'))} ± {f.fmt_time(r.get('stddev_s'))}",
+                f"{f.fmt_time(c.get('mean_s'))} ± {f.fmt_time(c.get('stddev_s'))}",
+                f"{r.get('rounds', '-')} / {c.get('rounds', '-')}",
+                f.fmt_speedup(b.get("speedup"), b.get("speedup_ci")),
             )
         )
-    benchmarks = t.get("benchmarks") or []
-    if benchmarks:
-        rows = []
-        for b in benchmarks:
-            r = b.get("reference") if isinstance(b.get("reference"), Mapping) else {}
-            c = b.get("candidate") if isinstance(b.get("candidate"), Mapping) else {}
-            rows.append(
-                (
-                    str(b.get("name", "?")),
-                    f.fmt_time(r.get("median_s")),
-                    f.fmt_time(c.get("median_s")),
-                    f"{f.fmt_time(r.get('mean_s'))} ± {f.fmt_time(r.get('stddev_s'))}",
-                    f"{f.fmt_time(c.get('mean_s'))} ± {f.fmt_time(c.get('stddev_s'))}",
-                    f"{r.get('rounds', '-')} / {c.get('rounds', '-')}",
-                    f.fmt_speedup(b.get("speedup"), b.get("speedup_ci")),
-                )
-            )
-        out.append("<h3>Benchmarks</h3>")
-        out.append(
-            _table(
-                (
-                    "benchmark",
-                    "reference median",
-                    "candidate median",
-                    "reference mean ± sd",
-                    "candidate mean ± sd",
-                    "rounds (ref / cand)",
-                    "speedup",
-                ),
-                rows,
-                numeric=(1, 2, 3, 4, 5, 6),
-            )
-        )
-    out.append("</section>")
-    return "\n".join(out)
+    header = (
+        "benchmark",
+        "reference median",
+        "candidate median",
+        "reference mean ± sd",
+        "candidate mean ± sd",
+        "rounds (ref / cand)",
+        "speedup",
+    )
+    return ["<h3>Benchmarks</h3>", _table(header, rows, numeric=(1, 2, 3, 4, 5, 6))]
 
 
 def render_html(report: Mapping[str, Any]) -> str:

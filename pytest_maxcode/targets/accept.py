@@ -43,6 +43,10 @@ def accept(
 ) -> LockEntry:
     """Write the kernel and its entry.
 
+    Many parameters because they are the lock entry's fields, keyword-only, each named where the
+    caller has it (a report's target, a verdict); long because the entry is built here field by
+    field, next to the order of the writes that must not be split.
+
     A range-limited kernel (``range_limited``: what it passed and failed beyond the captured
     inputs) is refused unless ``accept_range_limited``; an accepted one's lock entry says so.
 

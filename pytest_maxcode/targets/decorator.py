@@ -62,6 +62,8 @@ def optimize(
     """Mark a hot function or ``nn.Module`` subclass for optimization.
 
     Usable bare (``@maxcode.optimize``) or with options (``@maxcode.optimize(lang="cuda")``).
+    Many parameters because each keyword is one of the target's options (``TargetOptions``), the
+    public surface a user writes.
     ``accept_range_limited=True`` lets a kernel that is correct on the captured inputs but not on
     wider or special values (NaN, inf) be applied and proposed anyway; ``False`` refuses it
     whatever ``[tool.maxcode]`` says; None leaves it to ``[tool.maxcode] accept_range_limited``.
