@@ -117,13 +117,20 @@ def install_forced(handle: TargetHandle, spec: dict[str, Any]) -> None:
     handle.reason = f"candidate under verification: {kernel.name}"
 
 
-def _arg_class(v: Any) -> tuple:
-    """What verification fixed about an argument: dtype, rank and contiguity (not sizes)."""
+def arg_class(v: Any) -> tuple:
+    """What verification fixed about an argument: dtype, rank and contiguity (not sizes).
+
+    Public: the search records each workload's layout with it, the dispatcher checks calls against it.
+    """
     import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
     if isinstance(v, torch.Tensor):
         return (str(v.dtype).replace("torch.", ""), v.dim(), v.is_contiguous())
     return (type(v).__name__,)
+
+
+#: the old private name, until search/loop.py imports ``arg_class``
+_arg_class = arg_class
 
 
 class NativeDispatcher:
@@ -222,7 +229,7 @@ class NativeDispatcher:
             return ref(*args)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return ref(*args)  # autograd needs the reference's graph; quietly the normal case in training
-        classes = tuple(_arg_class(v) for v in call_args)
+        classes = tuple(arg_class(v) for v in call_args)
         if self.signatures is not None and classes not in self.signatures:
             self._fallback(f"sig{classes}", f"arguments {classes} differ from the verified layouts")
             return ref(*args)
