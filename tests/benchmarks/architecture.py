@@ -5,6 +5,8 @@ For the ``pytest_maxcode`` package of a checkout (this one, or the path given), 
 * imports that run up a layer, by the layer order of the ``layers`` contract in this checkout's
   ``pyproject.toml`` (``[tool.importlinter]``), so a base commit is read with today's order;
 * file-level and package-level import cycles (strongly connected components);
+* a package's private modules (``report._format``) and private names (``_helper``) imported
+  from another package;
 * imports placed inside functions, and how many carry a comment saying they keep start-up fast;
 * ``Any`` in annotations (parameters, returns, annotated assignments; quoted ones included);
 * the longest function, and the functions over 60 lines or over 6 parameters whose docstring
@@ -130,6 +132,23 @@ def imports_of(root: Path, modules: set[str]) -> list[Import]:
                     Import(name, target, node.lineno, node.lineno in in_function, node.lineno in checking,
                            _has_start_up_comment(lines, node.lineno))
                 )
+    return found
+
+
+def private_names_across_packages(root: Path, modules: set[str]) -> list[str]:
+    """``from other_package.module import _name``: a private name used outside its package."""
+    found = []
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        name = module_name(root, path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = resolve(name, path.name == "__init__.py", node)
+            if internal(base, modules) is None or top_package(base) == top_package(name):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__") and f"{base}.{alias.name}" not in modules:
+                    found.append(f"{name}:{node.lineno} -> {base}.{alias.name}")
     return found
 
 
@@ -323,6 +342,7 @@ def main(argv: list[str]) -> None:
     edges: dict[str, set[str]] = defaultdict(set)
     package_edges: dict[str, set[str]] = defaultdict(set)
     upward: list[str] = []
+    private_modules: list[str] = []  # a package's _module imported from another package
     for imp in runtime:
         target = internal(imp.imported, modules)
         if target is None or target == imp.importer or imp.importer.startswith(target + "."):
@@ -331,6 +351,9 @@ def main(argv: list[str]) -> None:
         a, b = top_package(imp.importer), top_package(target)
         if a != b and a != PACKAGE and b != PACKAGE:
             package_edges[a].add(b)
+        last = target.rsplit(".", 1)
+        if a != b and len(last) == 2 and last[0] != PACKAGE and last[1].startswith("_"):
+            private_modules.append(f"{imp.importer}:{imp.line} -> {target}")
         la, lb = layer_of(imp.importer, layers), layer_of(target, layers)
         if la is not None and lb is not None and lb < la:
             lazy = " (inside a function)" if imp.in_function else ""
@@ -351,6 +374,13 @@ def main(argv: list[str]) -> None:
     print(f"package-level cycles: {len(package_cycles)}")
     for cycle in package_cycles:
         print(f"  {' <-> '.join(cycle)}")
+    print(f"private modules imported from another package: {len(private_modules)}")
+    for line in sorted(set(private_modules)):
+        print(f"  {line}")
+    private = private_names_across_packages(root, modules)
+    print(f"private names imported from another package: {len(private)}")
+    for line in private:
+        print(f"  {line}")
     print(f"\nimports inside functions: {len(in_function)} ({len(in_function_internal)} of the package's own modules)")
     print(f"  with a comment saying they keep start-up fast: {sum(i.start_up_comment for i in in_function)}")
     print(f"\n'Any' in annotations: {any_count}")
