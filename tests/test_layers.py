@@ -16,6 +16,11 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = ROOT / "pyproject.toml"
 OWNERS = ("search layer", "settings", "lead")
@@ -70,3 +75,15 @@ def test_every_ignored_import_names_who_removes_it() -> None:
             assert any(owner in comment for owner in OWNERS), f"{stripped}: no comment naming its owner above it"
         elif stripped and not stripped.startswith('"'):
             comment = ""
+
+
+
+def test_every_module_of_the_package_has_a_layer() -> None:
+    """A new top-level module or package must be placed in the layers, or nothing constrains it."""
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["id"] == "layers")["layers"]
+    placed = {name.strip() for layer in layers for name in re.split(r"[|:]", layer)}
+    package = ROOT / "pytest_maxcode"
+    children = {f"pytest_maxcode.{p.stem}" for p in package.glob("*.py") if p.name != "__init__.py"}
+    children |= {f"pytest_maxcode.{p.name}" for p in package.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    assert children - placed == set(), "add these to a layer in [tool.importlinter] (pyproject.toml)"
