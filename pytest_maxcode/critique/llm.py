@@ -86,7 +86,8 @@ class LLMCritic:
 
     def __init__(self, service: LLMService, *, reference: str, lang: str, run_id: int | None, target_id: str,
                  budget: CallBudget, thinking_tokens: int = 0, max_tokens: int = 2048, concurrency: int = 4) -> None:
-        """Nine settings, keyword-only past ``service``: the loop wires each from its own option."""
+        """Nine parameters because the loop wires each from a setting of its own (keyword-only
+        past ``service``); a record holding them would only move the list."""
         self.service = service
         self.reference = reference
         self.lang = lang

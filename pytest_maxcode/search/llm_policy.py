@@ -53,8 +53,8 @@ class LLMPolicy:
         concurrency: int = 4,
         seed: int = 0,
     ) -> None:
-        """Eight settings, keyword-only past ``out_dir``: the loop wires each from its own
-        option, and a record holding them would only move the list."""
+        """Eight parameters because the loop wires each from a setting of its own (keyword-only
+        past ``out_dir``); a record holding them would only move the list."""
         self.service = service
         self.ctx = ctx
         self.out_dir = out_dir

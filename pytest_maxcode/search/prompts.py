@@ -207,9 +207,9 @@ def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mo
 
 def build_request(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...], sample: int,
                   permitted: tuple[str, ...] | None = None) -> LLMRequest:
-    """The request for one ask. Seven parameters: the target's context, the state, and the
-    ask as the policy resolved it (parent, mode, observation parts, sample number, permitted
-    techniques); tests call it with them one by one."""
+    """The request for one ask. Seven parameters because it takes the target's context, the
+    state, and the ask as the policy resolved it (parent, mode, observation parts, sample
+    number, permitted techniques), and tests call it with them one by one."""
     return LLMRequest(
         system=ctx.system(),
         messages=(Message("user", user_message(ctx, state, parent, mode, parts, permitted)),),

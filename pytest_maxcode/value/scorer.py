@@ -89,7 +89,8 @@ class LLMScorer(TopM):
 
     def __init__(self, service: LLMService, top: int, *, target_id: str, budget: CallBudget, run_id: int | None,
                  gamma: float = 0.9, concurrency: int = 4) -> None:
-        """Seven settings, keyword-only past ``top``: the loop wires each from its own option."""
+        """Seven parameters because the loop wires each from a setting of its own (keyword-only
+        past ``top``); a record holding them would only move the list."""
         self.service = service
         self.top = max(1, top)
         self.target_id = target_id
