@@ -16,24 +16,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..tables import (  # re-exported: the setting's parser sits at the bottom layer
+    PARTS,
+    parse_observation,
+)
 from .state import Node, SearchState
 
-PARTS = ("feedback", "trajectory", "best", "critique")
 HEADERS = {
     "feedback": "## Last attempt",
     "trajectory": "## Trajectory",
     "best": "## Best so far",
     "critique": "## Critique",
 }
+__all__ = ["HEADERS", "PARTS", "Observation", "build_observation", "fence", "parse_observation", "verdict_lines"]
 TRAJECTORY_LINES = 40  # older attempts are summarised in one line
-
-
-def parse_observation(setting: str) -> tuple[str, ...]:
-    parts = tuple(p.strip() for p in setting.split("+") if p.strip())
-    bad = [p for p in parts if p not in PARTS]
-    if bad or not parts:
-        raise ValueError(f"observation {setting!r}: use parts from {', '.join(PARTS)} joined with '+', e.g. trajectory+best")
-    return parts
 
 
 @dataclass

@@ -25,76 +25,19 @@ that says which technique it used). Configured in ``[tool.maxcode.qd]``::
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import random
 import zlib
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
+from ...tables import (  # re-exported: the schedule's parser sits at the bottom layer, with the settings
+    Stage,
+    parse_stages,
+)
 from ..state import Node, Proposal, SearchState
 from ..strategy import Ask, Proposer, StrategyParams
-from ..techniques import LOOP, NAMES, cell_name, tags
+from ..techniques import cell_name, tags
 from .base import StepStrategy
 
-
-@dataclass(frozen=True)
-class Stage:
-    techniques: frozenset[str] | None  # None: anything
-    steps: int | None  # None: the rest of the search
-
-    def permitted(self) -> tuple[str, ...] | None:
-        return None if self.techniques is None else tuple(t for t in NAMES if t in self.techniques)
-
-    def describe(self) -> str:
-        return "any technique" if self.techniques is None else ", ".join(self.permitted() or ())
-
-
-def parse_stages(config: Any, target_id: str | None = None) -> list[Stage]:
-    """The schedule for ``target_id`` from the ``qd`` setting; ValueError says what to fix."""
-    if config is None:
-        return []
-    if not isinstance(config, Mapping):
-        raise ValueError("[tool.maxcode.qd] must be a table: stages = [{steps = N, techniques = [...]}, ...]")
-    unknown = set(config) - {"stages", "targets"}
-    if unknown:
-        raise ValueError(f"[tool.maxcode.qd] has no setting {sorted(unknown)[0]!r} (known: stages, targets)")
-    chosen, where = config.get("stages"), "[tool.maxcode.qd] stages"
-    for pattern, table in (config.get("targets") or {}).items():
-        if not isinstance(table, Mapping) or "stages" not in table:
-            raise ValueError(f"[tool.maxcode.qd.targets.{pattern!r}] needs stages = [...]")
-        if target_id is not None and fnmatch.fnmatchcase(target_id, pattern):
-            chosen, where = table["stages"], f"[tool.maxcode.qd.targets.{pattern!r}] stages"
-            break
-    if target_id is None:  # validate every schedule
-        for pattern, table in (config.get("targets") or {}).items():
-            _stages(table["stages"], f"[tool.maxcode.qd.targets.{pattern!r}] stages")
-    return _stages(chosen, where) if chosen is not None else []
-
-
-def _stages(raw: Any, where: str) -> list[Stage]:
-    if not isinstance(raw, list) or not raw:
-        raise ValueError(f"{where} must be a non-empty list of tables {{steps = N, techniques = [...]}}")
-    out = []
-    for i, item in enumerate(raw, 1):
-        if not isinstance(item, Mapping) or set(item) - {"steps", "techniques"}:
-            raise ValueError(f"{where}: stage {i} must be a table with steps and techniques, not {item!r}")
-        steps = item.get("steps")
-        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
-            raise ValueError(f"{where}: stage {i} steps must be a positive integer, not {steps!r}")
-        if steps is None and i < len(raw):
-            raise ValueError(f"{where}: stage {i} needs steps (only the last stage may run to the end)")
-        techniques = item.get("techniques", "any")
-        if techniques == "any":
-            out.append(Stage(None, steps))
-            continue
-        if not isinstance(techniques, list) or not all(isinstance(t, str) for t in techniques):
-            raise ValueError(f"{where}: stage {i} techniques must be \"any\" or a list of names ({', '.join(NAMES)})")
-        bad = [t for t in techniques if t not in NAMES]
-        if bad:
-            raise ValueError(f"{where}: stage {i}: unknown technique {bad[0]!r} (known: {', '.join(NAMES)})")
-        out.append(Stage(frozenset(techniques) | {LOOP}, steps))
-    return out
+__all__ = ["QDStrategy", "Stage", "bottleneck", "cell_of", "parse_stages"]
 
 
 def bottleneck(node: Node) -> str:
