@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from .._styles import STATUS_STYLE
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -33,7 +35,7 @@ __all__ = [
 
 CORRECT = ("faster", "not_faster")
 
-# The terminal colours of cli.STATUS_STYLE, plus the one status only a tree has.
+# The terminal colours of _styles.STATUS_STYLE, plus the one status only a tree has.
 _FORMAT_STYLE = "magenta"
 
 
@@ -167,9 +169,7 @@ def _first_reason(node: Mapping[str, Any], width: int = 100) -> str:
 
 def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: bool = False):
     """One node as a rich ``Text`` (never markup: origins and reasons are untrusted text)."""
-    from rich.text import Text
-
-    from ..cli import STATUS_STYLE
+    from rich.text import Text  # here, not at the top: keeps start-up fast (the plugin imports the report)
 
     status = str(node.get("status", "?"))
     parent = node.get("parent_id")
@@ -219,6 +219,7 @@ def render_tree(nodes: Sequence[Mapping[str, Any]], console: Console, llm_costs:
 
     ``llm_costs`` maps an LLM call id to its cost in dollars (a node without a call shows ``-``).
     """
+    # rich is imported when a tree is drawn, not with the plugin: keeps start-up fast
     from rich.text import Text
     from rich.tree import Tree
 
