@@ -55,7 +55,9 @@ def _numbers(value: Any) -> list[float]:
         v = float(value)
         return [v, v * 1e6, v * 100, v / 1e9]
     if isinstance(value, str):
-        return [float(m) for m in re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", value)]
+        # "llm-26663f.cpp" holds 26663, not -26663: a hyphen is not always a sign
+        found = [float(m) for m in re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", value)]
+        return found + [abs(x) for x in found if x < 0]
     items = value.values() if isinstance(value, dict) else value
     for item in items:
         out += _numbers(item)
@@ -172,9 +174,10 @@ def test_critic_calls_count_against_the_llm_call_budget_and_think_when_asked(
 def test_critic_llm_without_a_proposer_model_is_one_usage_line(tmp_path: Path) -> None:
     from pytest_maxcode.errors import MaxcodeError
     from pytest_maxcode.llm import make_critic_service
+    from pytest_maxcode.options import Settings
 
     with pytest.raises(MaxcodeError, match=r"^--maxcode-critic=llm uses the proposer's model, and there is none"):
-        make_critic_service({"critic": "llm"}, tmp_path, None, None)
+        make_critic_service(Settings(critic="llm"), tmp_path, None, None)
     with pytest.raises(MaxcodeError, match=r"^--maxcode-critic='gpt': unknown provider 'gpt'; use one of: rules, llm"):
-        make_critic_service({"critic": "gpt"}, tmp_path, None, None)
-    assert json.dumps(make_critic_service({"critic": "rules"}, tmp_path, None, None)) == "null"
+        make_critic_service(Settings(critic="gpt"), tmp_path, None, None)
+    assert json.dumps(make_critic_service(Settings(critic="rules"), tmp_path, None, None)) == "null"

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_maxcode.sandbox import isolation
+from pytest_maxcode.oracle import timing
 from pytest_maxcode.oracle.protocol import ProtocolError, validate
 from pytest_maxcode.oracle.remote import _maxcode_shm as shm
+from pytest_maxcode.sandbox import isolation
 
 
 def test_well_formed_events_pass_and_keep_their_data() -> None:
@@ -151,3 +152,30 @@ def test_a_frozen_sandbox_uses_no_cpu_until_thawed(tmp_path: Path) -> None:
         cg.cleanup()
         proc.wait(timeout=30)
         box.cleanup()
+
+
+def test_run_delay_sees_time_spent_waiting_for_a_cpu() -> None:
+    # a busy process on this thread's only allowed CPU: the time this thread then waits
+    # runnable is what marks a sample disturbed (issue 14)
+    if not os.path.exists("/proc/self/schedstat"):
+        pytest.skip("no schedstat on this kernel")
+    cpu = min(os.sched_getaffinity(0))
+    before_mask = os.sched_getaffinity(0)
+    busy = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    delay = timing.RunDelay([busy.pid])
+    try:
+        os.sched_setaffinity(0, {cpu})
+        time.sleep(0.2)  # the busy process is running on that CPU
+        d0 = delay()
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            pass
+        waited = delay() - d0
+    finally:
+        os.sched_setaffinity(0, before_mask)
+        busy.kill()
+        busy.wait()
+        delay.close()
+    # sharing one CPU for 0.3 s, each side waits a good part of it
+    assert waited > 30_000_000, waited
+    assert timing.RunDelay([2**22 + 12345])() >= 0  # a process that is gone: only this thread is read

@@ -28,11 +28,19 @@ from ..sandbox import isolation as isolation_mod
 from ..sandbox.isolation import Isolation, Limits, resolve
 from . import timing
 from .compare import compare, tolerances, weak_reasons
-from .pool import WORKER, ChildGone, Job, JobTimeout, WorkerFailed, WorkerSetupError, Zygote
+from .pool import (
+    WORKER,
+    ChildGone,
+    Job,
+    JobTimeout,
+    WorkerFailed,
+    WorkerSetupError,
+    Zygote,
+)
 from .protocol import ProtocolError
+from .reference import ReferenceSpec
 from .remote import _maxcode_ranges as ranges
 from .remote import _maxcode_shm as shm
-from .reference import ReferenceSpec
 from .verdict import UNDECIDED_WIDTH, Verdict, undecided
 
 NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
@@ -41,10 +49,12 @@ CALLGRIND_SHIM = Path(__file__).parent / "remote" / "_maxcode_callgrind.cpp"
 #: bumped when the decision rule changes, so verdicts stored under the old rule are not reused;
 #: 2: a timed "faster" is confirmed by a second measurement in a fresh worker
 #: 3: timed by the trusted side over shared memory, every timed output checked, fresh inputs
-VERDICT_RULE = 3
+#: 4: range sets; a "faster" is judged on several blocks (fresh processes) spread over the run
+VERDICT_RULE = 4
+#: time limits stretch by this much when the worker runs under valgrind
 VALGRIND_SLOWDOWN = 50.0
-#: a confirmation whose interval lies this factor away from the first measurement's disagrees with it
-DISAGREE = 1.5  # time limits stretch by this much when the worker runs under valgrind
+#: two measurements (blocks, or a program's confirmation) whose speedups lie this factor apart disagree
+DISAGREE = 1.5
 
 
 @dataclass
@@ -73,10 +83,13 @@ class CheckConfig:
     #: also try range-widened and special-value input sets (a kernel right only on the
     #: captured range is flagged ``range_limited``)
     ranges: bool = True
+    #: a "faster" screening is measured in this many independent blocks in all (fresh
+    #: processes and buffers); the verdict's interval is built on them
+    blocks: int = 3
 
     def key(self) -> str:
         """What changes a verdict: evaluations under another key are not reused."""
-        parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace", "ranges")}
+        parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace", "ranges", "blocks")}
         if self.seed is not None:  # a chosen seed is a different experiment; random ones are interchangeable
             parts["seed"] = self.seed
         parts["rule"] = VERDICT_RULE
@@ -467,6 +480,30 @@ class Oracle:
             verdicts.append(v)
         return verdicts
 
+    def _blocks(self, cand: CandidateSpec, built: build_mod.BuildResult | None, first: Verdict) -> Verdict:
+        """The further blocks of a screening that needs them, each in a fresh candidate
+        process with a fresh reference process and fresh buffers; the verdict is built on all
+        of them (:func:`combined_blocks`)."""
+        blocks = [first]
+        for b in range(2, self.config.blocks + 1):
+            self.progress(f"block {b}/{self.config.blocks} of {cand.path.name}")
+            again = second_measurement(first)
+            self._run(cand, built, again)
+            blocks.append(again)
+            if not again.correct or not again.speedup_ci:
+                break
+        return combined_blocks(blocks, self.config.min_speedup, device=self.device)
+
+    def _needs_blocks(self, v: Verdict) -> bool:
+        """A timed, correct screening that is "faster" or not clearly slower is measured in
+        further blocks: its speedup is the one a search ranks, a report quotes and a pull request
+        claims. A candidate clearly slower (its interval's high end a factor ``DISAGREE`` under
+        the bar) keeps its one block: another would not change what is done with it."""
+        c = self.config
+        if c.timer != "time" or c.blocks < 2 or not v.correct or not v.speedup_ci:
+            return False
+        return v.status == "faster" or v.speedup_ci[1] >= c.min_speedup / DISAGREE
+
     def _record(self, cand: CandidateSpec, v: Verdict) -> None:
         if self.store is None:
             return
@@ -518,25 +555,13 @@ class Oracle:
                 v.diagnostics["scan"] = findings
                 return v
         self._run(cand, built, v)
-        if v.status == "faster" and self.config.timer == "time":
-            v = self._confirm(cand, built, v)
-        elif v.status == "faster":
+        if v.status == "faster" and self.config.timer == "instructions":
             v = self._cross_check_wall(cand, v)
+        elif self._needs_blocks(v):
+            v = self._blocks(cand, built, v)
         if weak:
             v.reasons += [f"weak check: {r}" for r in weak]
         return v
-
-    def _confirm(self, cand: CandidateSpec, built: build_mod.BuildResult | None, first: Verdict) -> Verdict:
-        """Measure a "faster" candidate again in a fresh worker; the verdict is that second run's.
-
-        A false "faster" is the costly error, and its usual causes (a lucky buffer layout,
-        a burst of load on one side) belong to one process and rarely repeat in the next.
-        The first run only selects; reporting the second one's numbers also keeps the
-        winner's curse out of the speedups a search ranks and a pull request quotes.
-        """
-        again = second_measurement(first)
-        self._run(cand, built, again)
-        return confirmed(first, again, "in a fresh worker")
 
     def _cross_check_wall(self, cand: CandidateSpec, v: Verdict) -> Verdict:
         """An instruction-count "faster" stands only if the trusted wall clock does not contradict it.
@@ -771,6 +796,7 @@ class Oracle:
                 self.zygote.freeze(False)
             timings[w.name] = (t.reference_ns, t.candidate_ns, t.calls_per_sample)
             checked += t.checked_calls
+            v.diagnostics.setdefault("disturbed_rounds", {})[w.name] = t.disturbed
             if t.notes:
                 v.diagnostics.setdefault("timing_notes", []).extend(t.notes)
         v.diagnostics["timed_calls_checked"] = checked
@@ -918,6 +944,42 @@ def sandbox_warning(isolation: Isolation) -> str | None:
         why = f" (fell back: {isolation.reason})" if isolation.reason else ""
         return f"sandbox {isolation.describe()}{why}"
     return None
+
+
+def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str) -> Verdict:
+    """The verdict of a candidate whose screening said "faster", from all its blocks.
+
+    A false "faster" is the costly error, and its usual causes (a lucky buffer layout, a burst
+    of load on one side) belong to one process and rarely repeat in the next; a speedup that
+    does not reproduce from run to run is worth nothing in a pull request or as a reward. The
+    screening block only selects; the interval comes from every block (``stats.blocks_speedup``),
+    and blocks that disagree by more than ``DISAGREE`` leave it undecided. The last block's
+    verdict carries the result; a block that failed (wrong, crashed, rejected) is the verdict.
+    """
+    from . import stats
+
+    first, last = blocks[0], blocks[-1]
+    last.eval_s = round(sum(b.eval_s or 0.0 for b in blocks), 4)
+    if first.compile_s is not None:  # the build was the first block's; the others loaded it from the cache
+        last.compile_s = first.compile_s
+    last.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons[:1]}
+    last.diagnostics["blocks"] = [{"speedup": b.speedup, "speedup_ci": b.speedup_ci, "status": b.status} for b in blocks]
+    if not last.correct or not last.speedup_ci or not last.speedup:
+        last.reasons = [f"on block {len(blocks)}, in a fresh worker: {r}" for r in last.reasons]
+        return last
+    sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in blocks])
+    spread = sp.halves[1] / max(sp.halves[0], 1e-12)
+    last.diagnostics["noise"] = {"blocks": len(blocks), "spread": round(spread, 4)}
+    points = ", ".join(f"{b.speedup:.3g}x" for b in blocks)
+    decide(last, sp, min_speedup, device=device, timer="time")
+    if last.status == "faster" and spread > DISAGREE:
+        last.status = "not_faster"
+        last.diagnostics["undecided"] = True
+        last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but its {len(blocks)} blocks disagree "
+                        f"({points}: {spread:.3g}x apart): too noisy to tell"]
+    else:
+        last.reasons = [f"{last.reasons[0]}, over {len(blocks)} blocks in fresh processes ({points})"]
+    return last
 
 
 def second_measurement(first: Verdict) -> Verdict:

@@ -16,18 +16,17 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.reduction import send_handle
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from . import stats
 from .compare import Mismatch, compare
-from contextlib import contextmanager
-from typing import Iterator
-
 from .pool import ChildGone, Job, JobTimeout, WorkerFailed
 from .protocol import ProtocolError
 from .remote import _maxcode_shm as shm
@@ -46,6 +45,45 @@ MAX_SLOTS = 64
 _NOW = time.perf_counter_ns
 #: the timer polls for a call's answer this many times the expected sample before it sleeps
 SPIN_FACTOR = 4.0
+#: a sample is disturbed when the server or the timer waited runnable for a CPU during it for
+#: longer than this (ns), or than DISTURBED_SHARE of the sample: other work had the core
+DISTURBED_NS = 20_000
+DISTURBED_SHARE = 0.02
+
+
+class RunDelay:
+    """Nanoseconds some threads spent runnable but not running, summed (``/proc/.../schedstat``,
+    second field): a sample during which the timer or the server waited for a CPU measured the
+    machine's other work, not the call, and is set aside. Read from this process, so nothing a
+    candidate does moves it; without schedstat it reads 0 and nothing is set aside."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.fds: list[int] = []
+        paths = [f"/proc/self/task/{threading.get_native_id()}/schedstat"]
+        for pid in pids:
+            try:
+                paths += [f"/proc/{pid}/task/{tid}/schedstat" for tid in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue
+        for path in paths:
+            try:
+                self.fds.append(os.open(path, os.O_RDONLY))
+            except OSError:
+                continue
+
+    def __call__(self) -> int:
+        total = 0
+        for fd in self.fds:
+            try:
+                total += int(os.pread(fd, 128, 0).split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
 
 class ReferenceFailed(Exception):
@@ -102,6 +140,8 @@ class WorkloadTiming:
     calls_per_sample: int
     checked_calls: int = 0
     notes: list[str] = field(default_factory=list)
+    #: rounds set aside because a side or the timer waited for a CPU during them
+    disturbed: int = 0
 
 
 class _Side:
@@ -113,6 +153,16 @@ class _Side:
         self.region = region
         self.deadline = deadline
         self.round = 0
+        self.delay = RunDelay([])
+        #: whether the last timed call was disturbed (see RunDelay)
+        self.disturbed = False
+
+    def watch(self) -> None:
+        """Start (or refresh: threads appear on first use) the run-delay accounting of this
+        side's serving process and of the timer's thread."""
+        self.delay.close()
+        host = self.job.zygote.host_pid(self.job.pid)
+        self.delay = RunDelay([host] if host else [])
 
     def ring(self, n: int, part: str, spin_s: float, probe: torch.Tensor) -> tuple[int, torch.Tensor]:
         """Arm, ring, wait for the token, read the outputs at ``probe``: ns from ring to read,
@@ -133,6 +183,7 @@ class _Side:
         self._wait(shm.ARMED, lambda: ctl[shm.ARMED] == rnd, spin_s=shm.SPIN_S)
         token = secrets.randbits(63) | 1
         words = _words(region.span(part, n))
+        d0 = self.delay()
         t0 = _NOW()
         ctl[shm.DOORBELL] = token
         shm.wake(base + 8 * shm.DOORBELL)
@@ -143,6 +194,8 @@ class _Side:
         # round with what is there then (work finished after answering shows as a change)
         seen = words[probe] if words.numel() else words
         t1 = _NOW()
+        waited = self.delay() - d0
+        self.disturbed = waited > max(DISTURBED_NS, DISTURBED_SHARE * (t1 - t0))
         if ctl[shm.FAILED]:
             self._failed()
         self._wait(shm.READY, lambda: ctl[shm.READY] == rnd, spin_s=shm.SPIN_S)
@@ -222,6 +275,8 @@ def time_workload(
         try:
             return rounds.run()
         finally:
+            ref.delay.close()
+            cand.delay.close()
             if rounds.pending:  # a round that ended early leaves the next inputs' answer unread
                 try:
                     rounds._drain()
@@ -268,7 +323,10 @@ class _Rounds:
         self.spin_s = min(0.05, max(shm.SPIN_S, SPIN_FACTOR * k * per_call))
         self._drain()
         self._request(k)
+        for side in (self.ref, self.cand):
+            side.watch()
         samples: dict[str, list[int]] = {"ref": [], "cand": []}
+        set_aside: dict[str, list[int]] = {"ref": [], "cand": []}
         start = time.monotonic()
         budget_end = start + cfg.time_budget
         r = 0
@@ -282,13 +340,22 @@ class _Rounds:
                     break
             if r >= max(cfg.min_rounds, 20) and r % 8 == 0 and stats.decided(samples["ref"], samples["cand"], cfg.min_speedup):
                 break
-            a, b = self.round(k, first_ref=r % 2 == 0, next_n=k)
-            samples["ref"].append(a)
-            samples["cand"].append(b)
-            r += 1
+            if r < cfg.min_rounds and time.monotonic() >= start + max(3 * cfg.time_budget, EXTEND_S) + 2 * cfg.time_budget:
+                break  # too busy to get the rounds undisturbed: the disturbed ones fill in below
+            a, b = self.round(k, first_ref=(r + len(set_aside["ref"])) % 2 == 0, next_n=k)
+            kept = set_aside if self.ref.disturbed or self.cand.disturbed else samples
+            kept["ref"].append(a)
+            kept["cand"].append(b)
+            r += kept is samples
         self._drain()
         notes = [] if self.all_fresh else ["timed on the pooled input sets: the reference's input generator did not fit"]
-        return WorkloadTiming(samples["ref"], samples["cand"], k, self.checked, notes)
+        disturbed = len(set_aside["ref"])
+        if disturbed:
+            notes.append(f"{disturbed} of {disturbed + r} rounds set aside: other work on the machine had the CPU during them")
+        if r < cfg.min_rounds:
+            notes.append(f"the machine was too busy for {cfg.min_rounds} undisturbed rounds: the disturbed ones are counted too")
+            samples = {k2: samples[k2] + set_aside[k2] for k2 in samples}
+        return WorkloadTiming(samples["ref"], samples["cand"], k, self.checked, notes, disturbed)
 
     def _plan(self, n: int) -> list[tuple[str, int]]:
         if self.fresh:
