@@ -13,21 +13,11 @@ from typing import Sequence
 
 from . import options
 from ._files import write_atomic
+from ._styles import STATUS_STYLE
 from ._version import __version__
 from .bench.ablation import OBSERVATIONS
 from .errors import MaxcodeError
 from .report._format import fmt_time
-
-STATUS_STYLE = {
-    "faster": "bold green",
-    "not_faster": "yellow",
-    "wrong": "red",
-    "compile_error": "red",
-    "runtime_error": "red",
-    "crash": "red",
-    "timeout": "red",
-    "rejected": "bold red",
-}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("reference", metavar="REFERENCE")
     check.add_argument("candidates", metavar="CANDIDATE", nargs="+")
     check.add_argument("--inputs", metavar="FILE.py:FUNCTION", help="the function that returns one input set (for FILE.py:FUNCTION references)")
-    options.add_to_argparse(check, "check")
+    options.add_to_argparse(check, options.CHECK)
     status = sub.add_parser(
         "status",
         help="list every locked target as active, stale, missing or device-mismatch",
@@ -120,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
     cmp.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
     cmp.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
+    cmp.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
     pr = sub.add_parser(
         "pr",
         help="open or update one pull request per verified target of a report",
@@ -494,28 +485,45 @@ def cmd_show(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _config(ns: argparse.Namespace):
+def _check_settings(ns: argparse.Namespace, candidate_paths: Sequence[str]) -> options.Settings:
+    """``maxcode check``'s settings: its options, over ``[tool.maxcode]`` and the profile
+    when ``--profile`` names one (without it no file is read). An unset device is CUDA when a
+    candidate is a .cu file and a GPU is present, else the CPU."""
+    pyproject = Path.cwd() / "pyproject.toml" if ns.profile is not None else None
+    auto = "cpu"
+    if any(Path(p).suffix == ".cu" for p in candidate_paths):
+        import torch
+
+        auto = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        return options.load_settings({o.name: getattr(ns, o.name) for o in options.for_scope(options.CHECK)}, pyproject,
+                                     auto_device=auto)
+    except ValueError as e:
+        raise MaxcodeError(str(e)) from None
+
+
+def _config(settings: options.Settings):
     from .oracle.check import CheckConfig
 
-    if ns.seeds < 2:
+    if settings.seeds < 2:
         raise MaxcodeError("--seeds: at least 2 random input sets are needed to catch replayed results")
     return CheckConfig(
-        device=ns.device,
-        atol=ns.atol,
-        rtol=ns.rtol,
-        min_speedup=ns.min_speedup if ns.min_speedup is not None else 1.05,
-        timeout=ns.timeout,
-        build_timeout=ns.build_timeout,
-        max_memory=ns.max_memory,
-        seed=ns.seed,
-        n_seeds=ns.seeds,
-        time_budget=ns.time_budget,
-        timer=ns.timer,
-        cxxflags=shlex.split(ns.cxxflags) if ns.cxxflags is not None else None,
-        nvccflags=shlex.split(ns.nvccflags) if ns.nvccflags is not None else None,
-        jobs=ns.jobs,
-        inplace=ns.inplace,
-        sandbox=ns.sandbox or "auto",
+        device=settings.device,
+        atol=settings.atol,
+        rtol=settings.rtol,
+        min_speedup=settings.min_speedup,
+        timeout=settings.timeout,
+        build_timeout=settings.build_timeout,
+        max_memory=settings.max_memory,
+        seed=settings.seed,
+        n_seeds=settings.seeds,
+        time_budget=settings.time_budget,
+        timer=settings.timer,
+        cxxflags=shlex.split(settings.cxxflags) if settings.cxxflags is not None else None,
+        nvccflags=shlex.split(settings.nvccflags) if settings.nvccflags is not None else None,
+        jobs=settings.jobs,
+        inplace=settings.inplace,
+        sandbox=settings.sandbox,
     )
 
 
@@ -525,13 +533,14 @@ def cmd_check(ns: argparse.Namespace) -> int:
     from .sandbox.env import hide_own_environment
     from .store import Store, default_path
 
+    settings = _check_settings(ns, ns.candidates)
     reference = parse_reference(ns.reference, ns.inputs)
     candidates = [CandidateSpec.from_path(p) for p in ns.candidates]
-    config = _config(ns)
+    config = _config(settings)
     hide_own_environment()
     root = Path.cwd()
     console = _console()
-    progress = (lambda msg: console.log(msg)) if (console and not ns.json) else None
+    progress = (lambda msg: console.log(msg)) if (console and not settings.json) else None
     with Store(default_path(root)) as store:
         run_id = store.begin_run(" ".join(["maxcode", *sys.argv[1:]]), __version__)
         oracle = Oracle(reference, config, root, store=store, run_id=run_id, progress=progress, candidates_hint=candidates)
@@ -543,7 +552,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
             store.finish_run(run_id, "interrupted")
             raise
         store.finish_run(run_id)
-    if ns.json:
+    if settings.json:
         json.dump([v.to_json() for v in verdicts], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -617,9 +626,9 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
     table = None
     pyproject = Path.cwd() / "pyproject.toml"
-    if pyproject.is_file():
+    if pyproject.is_file() or ns.profile is not None:
         try:
-            table = options.load_settings({}, pyproject).get("regressions")
+            table = options.load_settings({"profile": ns.profile}, pyproject).regressions
         except ValueError as e:
             raise MaxcodeError(str(e)) from None
     default, per = cmp.thresholds_from(table)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from .options import Settings
     from .search.state import Node, Proposal, SearchState
     from .search.strategy import Ask, Proposer, Strategy
 
@@ -24,10 +25,12 @@ hookspec = pluggy.HookspecMarker("pytest")
 
 
 @hookspec(firstresult=True)
-def pytest_maxcode_strategy(name: str, settings: dict[str, Any]) -> Strategy | None:
+def pytest_maxcode_strategy(name: str, settings: Settings) -> Strategy | None:
     """Return a strategy for ``--maxcode-strategy=name`` (an object with ``name``,
     ``initialize``, ``propose``, ``update``, ``best`` and ``should_stop``; see
     ``pytest_maxcode.search.strategy``), or None to leave the name to others.
+    ``settings`` is the run's ``pytest_maxcode.options.Settings`` (read its attributes,
+    e.g. ``settings.k``).
 
     Example::
 
@@ -39,10 +42,11 @@ def pytest_maxcode_strategy(name: str, settings: dict[str, Any]) -> Strategy | N
 
 
 @hookspec(firstresult=True)
-def pytest_maxcode_policy(name: str, target: Any, settings: dict[str, Any]) -> Proposer | None:
+def pytest_maxcode_policy(name: str, target: Any, settings: Settings) -> Proposer | None:
     """Return the proposer for ``--maxcode-policy=name`` (an object with ``name`` and
     ``propose(state, asks) -> list[Proposal]``), or None. ``target`` is a
-    ``pytest_maxcode.search.policy.TargetInfo``.
+    ``pytest_maxcode.search.policy.TargetInfo`` (None while the run checks the name at
+    start-up); ``settings`` the run's ``pytest_maxcode.options.Settings``.
 
     Example::
 

@@ -30,7 +30,7 @@ def pytest_configure(config: Any) -> None:
         return
     if hasattr(config, "workerinput"):
         raise pytest.UsageError("--maxcode: run without pytest-xdist workers (-n); capture needs one process")
-    cli = {o.name: config.getoption(f"maxcode_{o.name}") for o in options.for_scope("pytest")}
+    cli = {o.name: config.getoption(f"maxcode_{o.name}") for o in options.for_scope(options.PYTEST)}
     try:
         settings = options.load_settings(cli, config.rootpath / "pyproject.toml")
     except ValueError as e:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ._version import __version__
-from .options import accepts_range_limited
+from .options import Settings, accepts_range_limited
 from .targets.capture import Recorder, TargetCapture
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
 
@@ -29,7 +29,7 @@ MAXCODE_FAILED = 6
 
 
 class MaxcodeSession:
-    def __init__(self, config: pytest.Config, settings: dict[str, Any]) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
         self.root = Path(config.rootpath)
@@ -63,7 +63,7 @@ class MaxcodeSession:
         from .targets.program import parse_programs
 
         try:
-            programs = parse_programs(settings.get("programs"), self.root)
+            programs = parse_programs(settings.programs, self.root)
         except ValueError as e:
             raise MaxcodeError(str(e)) from None
         self.programs = [p for p in programs if self._selected(p.id)]
@@ -108,9 +108,9 @@ class MaxcodeSession:
         from .errors import MaxcodeError
         from .search.strategies import STRATEGIES
 
-        if self.settings.get("rerank") == "llm" and self.strategy_name != "maxcode":
+        if self.settings.rerank == "llm" and self.strategy_name != "maxcode":
             raise MaxcodeError("--maxcode-rerank=llm reranks the maxcode strategy's proposals; add --maxcode-strategy=maxcode")
-        if self.settings.get("rerank") == "light":
+        if self.settings.rerank == "light":
             from .value.model import MODEL_FILE
 
             model = self.root / ".maxcode" / "value" / MODEL_FILE
@@ -126,7 +126,7 @@ class MaxcodeSession:
             raise MaxcodeError(f"--maxcode-strategy={name}: no such strategy (built in: {known}; a plugin can add one with pytest_maxcode_strategy)")
 
     def _selected(self, target_id: str) -> bool:
-        patterns = self.settings["target"]
+        patterns = self.settings.target
         return not patterns or any(fnmatch.fnmatchcase(target_id, p) for p in patterns)
 
     def _maybe_attach(self, handle: TargetHandle) -> None:
@@ -179,9 +179,9 @@ class MaxcodeSession:
             why = "the test session failed; maxcode optimizes only behind a green test suite"
             targets = [_skipped(cap.handle.id, why, cap.callers) for cap in self.recorder.targets.values()]
             targets += [dict(_skipped(p.id, why, []), kind="program") for p in self.programs]
-        elif self.settings["target"] and not self.recorder.targets and not self.programs:
-            known = sorted(REGISTRY) + sorted(str(k) for k in (self.settings.get("programs") or {}))
-            patterns = " ".join(f"--maxcode-target={p}" for p in self.settings["target"])
+        elif self.settings.target and not self.recorder.targets and not self.programs:
+            known = sorted(REGISTRY) + sorted(str(k) for k in (self.settings.programs or {}))
+            patterns = " ".join(f"--maxcode-target={p}" for p in self.settings.target)
             self.problem = (f"{patterns} matched no target (targets: {', '.join(known) or 'none'}); "
                             "the report was left as it was")
             self._set_exitstatus(session)
@@ -196,24 +196,23 @@ class MaxcodeSession:
             "schema_version": 1,
             "tool_version": __version__,
             "created_at": started,
-            "machine": _machine(self.settings["device"] or "cpu"),
-            "options": dict(
-                {k: self.settings[k] for k in ("budget", "time", "min_speedup", "apply")},
-                policy=self.policy_name,
-                device=self.settings["device"] or "auto",
-            ),
+            "machine": _machine(self.settings.device),
+            "options": {
+                "budget": self.settings.budget, "time": self.settings.time, "min_speedup": self.settings.min_speedup,
+                "apply": self.settings.apply, "policy": self.policy_name, "device": self.settings.device,
+            },
             # a filtered or interrupted run keeps the previous report's other targets
-            "targets": self._merged(targets) if self.settings["target"] or self.interrupted is not None else targets,
+            "targets": self._merged(targets) if self.settings.target or self.interrupted is not None else targets,
         }
         from .report import write_reports
 
         out = self.root / ".maxcode" / "reports"
         self.report_paths = write_reports(self.report, out)
-        if self.settings["json_path"]:
-            dest = self.root / self.settings["json_path"]
+        if self.settings.json_path:
+            dest = self.root / self.settings.json_path
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.report_paths["json"], dest)
-        if self.settings["apply"] and self.interrupted is None:
+        if self.settings.apply and self.interrupted is None:
             from .apply import apply_report
 
             for line in apply_report(self.report, self.root):
@@ -270,7 +269,7 @@ class MaxcodeSession:
 
         items: list[tuple[str, Any]] = sorted(self.recorder.targets.items())
         items += sorted((p.id, p) for p in self.programs)
-        workers = max(1, min(self.settings["parallel_targets"] or 1, len(items) or 1))
+        workers = max(1, min(self.settings.parallel_targets, len(items) or 1))
         status = "finished"
         previous = self._catch_ctrl_c()
         try:
@@ -370,7 +369,7 @@ class MaxcodeSession:
         module_name = h.owner.__module__ if h.owner is not None else h.reference.__module__
         if "<locals>" in qualname or h.source_file is None:
             return _skipped(cap.handle.id, "defined inside a function: a worker cannot import it", cap.callers)
-        if (h.options.lang == "cuda" or self.settings["device"] == "cuda") and not _cuda_available():
+        if self.settings.device_for(h.options.lang) == "cuda" and not _cuda_available():
             return _skipped(cap.handle.id, "lang='cuda' needs a CUDA device, and this machine has none", cap.callers)
         if h.options.inputs is not None:
             captured = captured + [self._declared_inputs(cap)]
@@ -384,7 +383,7 @@ class MaxcodeSession:
         entry = _target_report(result, cap.handle.id, cap.callers, self.root, store)
         entry["kind"] = h.kind
         if entry.get("range_limited"):
-            entry["accept_range_limited"] = accepts_range_limited(h.id, o.accept_range_limited, self.settings.get("accept_range_limited"))
+            entry["accept_range_limited"] = accepts_range_limited(h.id, o.accept_range_limited, self.settings.accept_range_limited)
         if entry["status"] == "faster":
             with self._oracle_lock:  # the re-run benchmarks time too
                 entry.update(self._verify(result, cap, entry))
@@ -402,7 +401,7 @@ class MaxcodeSession:
         entry = _target_report(result, program.id, [w["name"] for w in result.workloads], self.root, store)
         entry["kind"] = "program"
         if entry.get("range_limited"):
-            entry["accept_range_limited"] = accepts_range_limited(program.id, None, self.settings.get("accept_range_limited"))
+            entry["accept_range_limited"] = accepts_range_limited(program.id, None, self.settings.accept_range_limited)
         entry["reference"] = {"program": True, "file": program.source.as_posix(), "testcases": program.testcases.as_posix(),
                               "hash": sha256_text(result.state.reference_source)}
         if entry["status"] == "faster":
@@ -417,7 +416,7 @@ class MaxcodeSession:
         best = entry["best"]
         text = (self.root / best["source_path"]).read_text()
         self._say(f"{program.id}: re-running its test cases with {Path(best['source_path']).name}")
-        passed, summary = rerun_test_cases(program, self.root, text, self.settings["sandbox"])
+        passed, summary = rerun_test_cases(program, self.root, text, self.settings.sandbox)
         tests: dict[str, Any] = {"rerun": entry["tests"]["rerun"], "passed": passed, "summary": summary}
         reason = entry["reason"]
         if not passed:
@@ -531,7 +530,7 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
         trajectory=trajectory,
         candidates={"tried": len(state.trajectory), "correct": len(correct), "faster": sum(v.status == "faster" for v in correct), "failed": failed},
         stop_reason=result.stop_reason,
-        device=result.workloads and ("cuda" if any("@cuda" in w["signature"] for w in result.workloads) else "cpu") or "cpu",
+        device=result.device,
     )
     entry["arch"] = cuda_arch() if entry["device"] == "cuda" else platform.machine()
     entry["reference"] = {"module": result.target.module, "qualname": result.target.qualname, "file": str(result.target.source_file.resolve().relative_to(root.resolve()))}

@@ -129,8 +129,8 @@ def test_good_settings_are_converted_like_the_command_line(tmp_path: Path) -> No
     (tmp_path / "pyproject.toml").write_text(
         '[tool.maxcode]\nmin-speedup = 2\ndevice = "cpu"\ntorch_compile = false\ntarget = "mylib.*"\ntemperature = 0\n')
     s = load_settings({}, tmp_path / "pyproject.toml")
-    assert s["min_speedup"] == 2.0 and isinstance(s["min_speedup"], float)
-    assert s["device"] == "cpu" and s["torch_compile"] is False and s["target"] == ["mylib.*"] and s["temperature"] == 0.0
+    assert s.min_speedup == 2.0 and isinstance(s.min_speedup, float)
+    assert s.device == "cpu" and s.torch_compile is False and s.target == ("mylib.*",) and s.temperature == 0.0
 
 
 @pytest.mark.parametrize(
@@ -306,7 +306,7 @@ def test_best_so_far_counts_only_faster_nodes(tmp_path: Path) -> None:
     target = SimpleNamespace(id="lib.f", module="lib", qualname="f", source_file=tmp_path / "lib.py", inplace=False)
     result = SimpleNamespace(state=SimpleNamespace(trajectory=nodes, best=None), target=target, strategy="sweep", policy="builtin",
                              llm=None, observation=None, critic="rules", stop_reason="the budget is spent", llm_calls=0, tokens=0,
-                             cost_usd=0.0, elapsed_s=1.0, workloads=[], error=None)
+                             cost_usd=0.0, elapsed_s=1.0, workloads=[], error=None, device="cpu")
     entry = _target_report(result, "lib.f", [], tmp_path)
     assert [t["best_so_far"] for t in entry["trajectory"]] == [2.0, 2.0, 2.0, 3.0]
     assert entry["candidates"]["failed"] == {"wrong": 1}

@@ -13,6 +13,7 @@ import pytest
 from llm_fakes import FAKE_KEY, FakeLLMServer, Reply, code_reply
 
 from pytest_maxcode.errors import MaxcodeError
+from pytest_maxcode.options import Settings
 from pytest_maxcode.llm import (
     DEFAULT_ANTHROPIC_MODEL,
     LLMRequest,
@@ -219,7 +220,7 @@ def test_missing_key_is_one_line_before_any_request(fake_anthropic, tmp_path):
     msg = one_line(e.value)
     assert "ANTHROPIC_API_KEY" in msg and "--maxcode-llm" in msg
     with pytest.raises(MaxcodeError):
-        make_service({"llm": "anthropic"}, tmp_path, None)
+        make_service(Settings(llm="anthropic"), tmp_path, None)
     assert fake_anthropic.requests == []
 
 
@@ -303,7 +304,7 @@ def test_record_then_replay_with_the_server_stopped(tmp_path):
     assert header["base_url"] == srv.url and header["scripted"] is True and header["tool_version"]
     assert "recorded_at" in header and len(lines) == 1 + len(requests)
     # the server is gone: replay from a fresh store answers everything identically, offline
-    svc = make_service({"llm": "replay:cassettes/run.jsonl"}, tmp_path, tmp_path / "b.db")
+    svc = make_service(Settings(llm="replay:cassettes/run.jsonl"), tmp_path, tmp_path / "b.db")
     replayed = [svc.complete(r, run_id=None, target_id="t") for r in requests]
     assert [r.text for r in replayed] == [r.text for r in recorded]
     assert replayed[0].source == "replay" and all(r.scripted for r in replayed)
@@ -371,7 +372,7 @@ def test_bad_cassettes_are_one_line(tmp_path, content, words):
     if content is not None:
         path.write_text(content)
     with pytest.raises(MaxcodeError) as e:
-        make_service({"llm": "replay:bad.jsonl"}, tmp_path, None)
+        make_service(Settings(llm="replay:bad.jsonl"), tmp_path, None)
     msg = one_line(e.value)
     assert words in msg and "replay:bad.jsonl" in msg
 
@@ -396,7 +397,7 @@ def test_concurrency_limit_is_respected(fake_anthropic, tmp_path):
 
 def test_openai_compatible_server_without_a_key(fake_openai, tmp_path):
     fake_openai.respond_with(code_reply("int main() { return 0; }"))
-    svc = make_service({"llm": fake_openai.spec("qwen2.5-coder:7b"), "llm_timeout": 5}, tmp_path, tmp_path / "m.db")
+    svc = make_service(Settings(llm=fake_openai.spec("qwen2.5-coder:7b"), llm_timeout=5), tmp_path, tmp_path / "m.db")
     a = svc.complete(req(max_tokens=321, temperature=0.2))
     b = svc.complete(req("again", max_tokens=321, temperature=0.2))
     body = fake_openai.last
@@ -427,7 +428,7 @@ def test_openai_errors_map_the_same_way(fake_openai):
 
 def test_openai_default_url_needs_a_key(tmp_path):
     with pytest.raises(MaxcodeError) as e:
-        make_service({"llm": "openai:gpt-4o"}, tmp_path, None)
+        make_service(Settings(llm="openai:gpt-4o"), tmp_path, None)
     assert "OPENAI_API_KEY" in one_line(e.value)
 
 
@@ -454,19 +455,19 @@ def test_parse_llm_spec():
 
 
 def test_default_llm_depends_on_the_key(monkeypatch, tmp_path):
-    assert make_service({}, tmp_path, None) is None
+    assert make_service(Settings(), tmp_path, None) is None
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-    svc = make_service({}, tmp_path, None)
+    svc = make_service(Settings(), tmp_path, None)
     assert svc is not None and svc.provider == "anthropic" and svc.model == DEFAULT_ANTHROPIC_MODEL
     svc.close()
-    assert make_service({"llm": "none"}, tmp_path, None) is None
+    assert make_service(Settings(llm="none"), tmp_path, None) is None
 
 
 def test_settings_reach_the_client(fake_anthropic, monkeypatch, tmp_path):
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-    svc = make_service({"llm": fake_anthropic.spec(), "llm_retries": 0, "llm_timeout": 3, "llm_concurrency": 3,
-                        "llm_cache": False, "record": "rec.jsonl",
-                        "prices": {"scripted-claude": {"input": 1, "output": 1}}}, tmp_path, None)
+    svc = make_service(Settings(llm=fake_anthropic.spec(), llm_retries=0, llm_timeout=3, llm_concurrency=3,
+                                llm_cache=False, record="rec.jsonl",
+                                prices={"scripted-claude": {"input": 1, "output": 1}}), tmp_path, None)
     assert svc.client.max_retries == 0 and svc.client.timeout == 3 and svc.concurrency == 3 and not svc.cache
     fake_anthropic.fail(500)
     with pytest.raises(LLMUnavailable):
@@ -477,5 +478,5 @@ def test_settings_reach_the_client(fake_anthropic, monkeypatch, tmp_path):
     svc.close()
     assert (tmp_path / "rec.jsonl").exists()
     with pytest.raises(MaxcodeError) as e:
-        make_service({"llm": "anthropic", "llm_concurrency": 0}, tmp_path, None)
+        make_service(Settings(llm="anthropic", llm_concurrency=0), tmp_path, None)
     assert "--maxcode-llm-concurrency" in one_line(e.value)

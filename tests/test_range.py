@@ -265,15 +265,15 @@ def test_the_decorator_takes_accept_range_limited_and_checks_it() -> None:
 
 def test_pyproject_accepts_true_or_globs_and_one_rule_resolves_it(tmp_path: Path) -> None:
     pyproject = tmp_path / "pyproject.toml"
-    assert load_settings({}, None)["accept_range_limited"] is False
+    assert load_settings({}, None).accept_range_limited is False
     pyproject.write_text('[tool.maxcode]\naccept_range_limited = ["mylib.*"]\n')
-    setting = load_settings({}, pyproject)["accept_range_limited"]
-    assert setting == ["mylib.*"]
+    setting = load_settings({}, pyproject).accept_range_limited
+    assert setting == ("mylib.*",)
     assert accepts_range_limited("mylib.f", None, setting) and not accepts_range_limited("other.f", None, setting)
     assert not accepts_range_limited("mylib.f", False, setting)  # the decorator's own word wins
     assert accepts_range_limited("other.f", True, False) and not accepts_range_limited("other.f", None, False)
     pyproject.write_text("[tool.maxcode]\naccept_range_limited = true\n")
-    assert accepts_range_limited("any.thing", None, load_settings({}, pyproject)["accept_range_limited"])
+    assert accepts_range_limited("any.thing", None, load_settings({}, pyproject).accept_range_limited)
     pyproject.write_text('[tool.maxcode]\naccept_range_limited = "yes"\n')
     with pytest.raises(ValueError, match=r"accept_range_limited = \"yes\": expected true, false, or a list of target-id globs"):
         load_settings({}, pyproject)

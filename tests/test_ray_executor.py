@@ -81,7 +81,7 @@ def test_missing_ray_and_an_unreachable_address_are_one_line_errors(monkeypatch:
     monkeypatch.setenv("RAY_ADDRESS", f"ray://127.0.0.1:{port}")
     with pytest.raises(MaxcodeError, match=r"^--maxcode-ray-address \(RAY_ADDRESS=ray://127.0.0.1:\d+\): cannot reach"):
         ray_executor.connect(None)
-    assert options.load_settings({}, None)["executor"] == "local"
+    assert options.load_settings({}, None).executor == "local"
     with pytest.raises(ValueError, match="executor must be local or ray"):
         options.load_settings({"executor": "spark"}, None)
     monkeypatch.setitem(sys.modules, "ray", None)

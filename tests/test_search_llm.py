@@ -93,9 +93,8 @@ def chain_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_search(root: Path, store: Store, llm_spec: str | None, **overrides: Any) -> Any:
-    settings = options.load_settings({}, None)
-    settings.update(llm=llm_spec, llm_concurrency=1, k=2, budget=8)
-    settings.update(overrides)
+    settings = options.load_settings({}, None).replace(llm=llm_spec, llm_concurrency=1, k=2, budget=8)
+    settings = settings.replace(**overrides)
     target = TargetInfo("lib.chain", "lib", "chain", root / "lib.py", "function", "cpp")
     service = make_service(settings, root, store.path)
     critic = make_critic_service(settings, root, store.path, service)
@@ -213,12 +212,12 @@ def test_a_run_budget_is_shared_by_targets(chain_root: Path, tmp_path: Path, fak
 
     fake_openai.respond_with(NO_CODE)
     settings = options.load_settings({}, None)
-    meter = Meter(run_limits(dict(settings, run_llm_calls=3)), "per run")
+    meter = Meter(run_limits(settings.replace(run_llm_calls=3)), "per run")
     with Store(tmp_path / "maxcode.db") as store:
         target = TargetInfo("lib.chain", "lib", "chain", chain_root / "lib.py", "function", "cpp")
-        service = make_service(dict(settings, llm=fake_openai.spec("local-model")), chain_root, store.path)
+        service = make_service(settings.replace(llm=fake_openai.spec("local-model")), chain_root, store.path)
         files = sorted((chain_root / ".maxcode" / "inputs" / "lib.chain").glob("*.pt"))
-        common = dict(settings, llm=fake_openai.spec("local-model"), strategy="best-of-n", k=2, budget=20, llm_concurrency=1)
+        common = settings.replace(llm=fake_openai.spec("local-model"), strategy="best-of-n", k=2, budget=20, llm_concurrency=1)
         ctx = SearchContext(store, None, lambda m: None, llm=service, run_meter=meter)
         one = search_target(target, files, chain_root, common, ctx)
         two = search_target(target, files, chain_root, common, ctx)
@@ -267,7 +266,7 @@ def test_targets_searched_concurrently_overlap_their_requests(
         return model(body)
 
     fake_openai.respond_with(held)
-    settings = dict(options.load_settings({}, None), llm=fake_openai.spec("local-model"), strategy="best-of-n", k=2, budget=4)
+    settings = options.load_settings({}, None).replace(llm=fake_openai.spec("local-model"), strategy="best-of-n", k=2, budget=4)
     files = sorted((chain_root / ".maxcode" / "inputs" / "lib.chain").glob("*.pt"))
     lock = threading.Lock()  # the session's: oracle work takes turns
     service = make_service(settings, chain_root, tmp_path / "maxcode.db")

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import MaxcodeError
+from ..options import Settings
 from .pricing import Prices
 from .service import LLMService
 
@@ -87,16 +86,6 @@ def parse_llm_spec(spec: str | None, *, flag: str = "--maxcode-llm", forms: str 
     return LLMSpec(provider, model=model, base_url=url)
 
 
-def _number(settings: Mapping[str, Any], key: str, default: Any, cast: type, flag: str) -> Any:
-    value = settings.get(key)
-    if value is None:
-        return default
-    try:
-        return cast(value)
-    except (TypeError, ValueError):
-        raise MaxcodeError(f"{flag}={value!r} is not a {'whole number' if cast is int else 'number'}") from None
-
-
 def make_client(spec: LLMSpec, *, root: Path, timeout: float = 600.0, retries: int = 2):
     if spec.provider == "anthropic":
         from .anthropic_client import AnthropicClient
@@ -115,48 +104,35 @@ def make_client(spec: LLMSpec, *, root: Path, timeout: float = 600.0, retries: i
     raise MaxcodeError(f"--maxcode-llm={spec}: no client for this provider; use one of: {FORMS}")
 
 
-def make_service(settings: Mapping[str, Any], root: Path, store_path: Path | None) -> LLMService | None:
+def make_service(settings: Settings, root: Path, store_path: Path | None) -> LLMService | None:
     """The configured LLM, or None when there is none (then the built-in policies work alone).
 
-    Reads ``llm``, ``llm_concurrency`` (4), ``llm_timeout`` (600 s), ``llm_retries`` (2),
-    ``llm_cache`` (True), ``record`` (cassette path, relative to ``root``) and ``prices``."""
-    spec = parse_llm_spec(settings.get("llm"))
+    Reads ``llm``, ``llm_concurrency``, ``llm_timeout``, ``llm_retries``, ``llm_cache``,
+    ``record`` (a cassette path, relative to ``root``) and ``prices``."""
+    spec = parse_llm_spec(settings.llm)
     if spec is None:
         if not os.environ.get("ANTHROPIC_API_KEY"):
             return None
         spec = LLMSpec("anthropic", model=DEFAULT_ANTHROPIC_MODEL)
     if spec.provider == "none":
         return None
-    timeout = _number(settings, "llm_timeout", 600.0, float, "--maxcode-llm-timeout")
-    if not timeout > 0:
-        raise MaxcodeError(f"--maxcode-llm-timeout={timeout!r} must be greater than 0")
-    retries = _number(settings, "llm_retries", 2, int, "--maxcode-llm-retries")
-    if retries < 0:
-        raise MaxcodeError(f"--maxcode-llm-retries={retries!r} must not be negative")
-    concurrency = _number(settings, "llm_concurrency", 4, int, "--maxcode-llm-concurrency")
-    cache = settings.get("llm_cache")
-    cache = True if cache is None else bool(cache)
-    record = settings.get("record")
     record_path = None
-    if record:
-        record_path = Path(record)
+    if settings.record:
+        record_path = Path(settings.record)
         if not record_path.is_absolute():
             record_path = root / record_path
-    table = settings.get("prices") or None
-    if table is not None and not isinstance(table, Mapping):
-        raise MaxcodeError("the prices setting must map model names to {input, output, cache_write, cache_read} (USD per million tokens)")
-    prices = Prices(table)
-    client = make_client(spec, root=root, timeout=timeout, retries=retries)
-    return LLMService(client, store_path=store_path, prices=prices, concurrency=concurrency, cache=cache,
-                      record=record_path)
+    prices = Prices(settings.prices)
+    client = make_client(spec, root=root, timeout=settings.llm_timeout, retries=settings.llm_retries)
+    return LLMService(client, store_path=store_path, prices=prices, concurrency=settings.llm_concurrency,
+                      cache=settings.llm_cache, record=record_path)
 
 
-def make_critic_service(settings: Mapping[str, Any], root: Path, store_path: Path | None,
+def make_critic_service(settings: Settings, root: Path, store_path: Path | None,
                         proposer: LLMService | None) -> LLMService | None:
     """The critic's model (``--maxcode-critic``): None for the rule critic, the proposer's own
     service for ``llm``, or a service of its own for a spec (often a stronger model)."""
-    critic = settings.get("critic")
-    if critic in (None, "", "rules"):
+    critic = settings.critic
+    if critic in ("", "rules"):
         return None
     if critic == "llm":
         if proposer is None:
@@ -167,13 +143,13 @@ def make_critic_service(settings: Mapping[str, Any], root: Path, store_path: Pat
     return _own_service(settings, critic, "--maxcode-critic", forms, "critic", root, store_path)
 
 
-def make_scorer_service(settings: Mapping[str, Any], root: Path, store_path: Path | None,
+def make_scorer_service(settings: Settings, root: Path, store_path: Path | None,
                         proposer: LLMService | None) -> LLMService | None:
     """The generative reward-to-go model of ``--maxcode-rerank=llm``: ``--maxcode-rerank-llm``
     (typically ``openai:MODEL@URL``, a fine-tuned model on vLLM), else the proposer's model."""
-    if settings.get("rerank") != "llm":
+    if settings.rerank != "llm":
         return None
-    spec = settings.get("rerank_llm")
+    spec = settings.rerank_llm
     if not spec:
         if proposer is None:
             raise MaxcodeError("--maxcode-rerank=llm needs a scoring model: set --maxcode-rerank-llm=openai:MODEL@URL "
@@ -182,15 +158,15 @@ def make_scorer_service(settings: Mapping[str, Any], root: Path, store_path: Pat
     return _own_service(settings, spec, "--maxcode-rerank-llm", FORMS, "scorer", root, store_path)
 
 
-def _own_service(settings: Mapping[str, Any], spec_text: str, flag: str, forms: str, role: str, root: Path,
+def _own_service(settings: Settings, spec_text: str, flag: str, forms: str, role: str, root: Path,
                  store_path: Path | None) -> LLMService:
     """A model of its own for one role. When the run records, it records to the cassette's
     name with ``.ROLE`` before the suffix, so each cassette replays one model."""
     spec = parse_llm_spec(spec_text, flag=flag, forms=forms)
     if spec is None or spec.provider == "none":
         raise MaxcodeError(f"{flag}={spec_text!r}: use one of: {forms}")
-    record = settings.get("record")
+    record = settings.record
     if record:
         path = Path(record)
         record = str(path.with_name(f"{path.stem}.{role}{path.suffix or '.jsonl'}"))
-    return make_service(dict(settings, llm=spec_text, record=record), root, store_path)
+    return make_service(settings.replace(llm=spec_text, record=record), root, store_path)

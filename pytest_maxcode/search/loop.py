@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
+from ..options import Settings
 from ..oracle.check import CheckConfig, Oracle
 from ..oracle.reference import ReferenceSpec
 from ..oracle.verdict import Verdict, undecided
@@ -46,6 +47,8 @@ class SearchResult:
     llm: str | None = None
     observation: str | None = None
     critic: str = "rules"
+    #: where the candidates ran: cpu or cuda (the settings' device, or cuda for a lang='cuda' target)
+    device: str = "cpu"
     llm_calls: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
@@ -108,23 +111,23 @@ def verdict_from_row(row: dict[str, Any], path: str) -> Verdict:
     )
 
 
-def target_limits(target: TargetInfo, settings: dict[str, Any]) -> Limits:
+def target_limits(target: TargetInfo, settings: Settings) -> Limits:
     return Limits(
-        evaluations=target.budget or settings["budget"],
-        llm_calls=settings.get("llm_calls"),
-        tokens=settings.get("tokens"),
-        cost_usd=settings.get("cost"),
-        time_s=settings.get("time"),
+        evaluations=target.budget or settings.budget,
+        llm_calls=settings.llm_calls,
+        tokens=settings.tokens,
+        cost_usd=settings.cost,
+        time_s=settings.time,
     )
 
 
-def run_limits(settings: dict[str, Any]) -> Limits:
+def run_limits(settings: Settings) -> Limits:
     return Limits(
-        evaluations=settings.get("run_budget"),
-        llm_calls=settings.get("run_llm_calls"),
-        tokens=settings.get("run_tokens"),
-        cost_usd=settings.get("run_cost"),
-        time_s=settings.get("run_time"),
+        evaluations=settings.run_budget,
+        llm_calls=settings.run_llm_calls,
+        tokens=settings.run_tokens,
+        cost_usd=settings.run_cost,
+        time_s=settings.run_time,
     )
 
 
@@ -149,11 +152,12 @@ class HookedProposer:
         return offered + (self.inner.propose(state, asks[len(offered) :]) if len(offered) < len(asks) else [])
 
 
-def search_names(settings: dict[str, Any], *, has_llm: bool) -> tuple[str, str]:
+def search_names(settings: Settings, *, has_llm: bool) -> tuple[str, str]:
     """The policy and strategy a run uses: as set, else the model's with a model configured
-    (searched by ``maxcode``), else the built-in seeds (swept)."""
-    policy = settings.get("policy") or ("llm" if has_llm else "builtin")
-    return policy, settings.get("strategy") or ("sweep" if policy == "builtin" else "maxcode")
+    (searched by ``maxcode``), else the built-in seeds (swept). Not table defaults: they
+    depend on whether a model is configured."""
+    policy = settings.policy or ("llm" if has_llm else "builtin")
+    return policy, settings.strategy or ("sweep" if policy == "builtin" else "maxcode")
 
 
 def _native_lang(target: TargetInfo, device: str) -> str:
@@ -166,17 +170,17 @@ def search_target(
     target: TargetInfo,
     captured: list[Path],
     root: Path,
-    settings: dict[str, Any],
+    settings: Settings,
     ctx: SearchContext,
     *,
     reference: ReferenceSpec | None = None,
 ) -> SearchResult:
     start = time.monotonic()
     reference_norm = normalized_source_in_file(target.source_file, target.qualname) or ""
-    min_speedup = target.min_speedup or settings["min_speedup"]
-    device = settings["device"] or ("cuda" if target.lang == "cuda" else "cpu")
+    min_speedup = target.min_speedup or settings.min_speedup
+    device = settings.device_for(target.lang)
     config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup, inplace=target.inplace,
-                         sandbox=settings["sandbox"], seed=settings.get("seed"))
+                         sandbox=settings.sandbox, seed=settings.seed)
     if reference is None:  # a marked target; a KernelBench problem brings its own (get_init_inputs, get_inputs)
         instance = captured[0].parent / "module.pt" if target.kind == "module" else None
         reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
@@ -196,7 +200,7 @@ def search_target(
             "layout": [list(_arg_class(v)) for v in data["sets"][0]],
         })
     policy_name, _ = search_names(settings, has_llm=ctx.llm is not None)
-    builtin = BuiltinPolicy(target, root, device, torch_compile=bool(settings.get("torch_compile", True))) if policy_name == "builtin" else None
+    builtin = BuiltinPolicy(target, root, device, torch_compile=settings.torch_compile) if policy_name == "builtin" else None
     hint = [p.spec for p in builtin.pending()] if builtin is not None else []
     oracle_kw: dict[str, Any] = dict(
         store=ctx.store, run_id=ctx.run_id, progress=ctx.progress,
@@ -204,11 +208,11 @@ def search_target(
         workloads=[{"name": w["name"], "captured": w["captured"]} for w in workloads],
     )
     oracle: Any
-    if settings.get("executor") == "ray":  # the same checks, on a Ray cluster's pool of warm oracles
+    if settings.executor == "ray":  # the same checks, on a Ray cluster's pool of warm oracles
         from ..oracle.ray_executor import RayOracle
 
-        oracle = RayOracle(reference, config, root, address=settings.get("ray_address"), actors=settings.get("ray_actors"),
-                           targets_at_once=settings.get("parallel_targets") or 1, **oracle_kw)
+        oracle = RayOracle(reference, config, root, address=settings.ray_address, actors=settings.ray_actors,
+                           targets_at_once=settings.parallel_targets, **oracle_kw)
     else:
         oracle = Oracle(reference, config, root, **oracle_kw)
 
@@ -225,7 +229,7 @@ def search_target(
 def search_program(
     program: Any,
     root: Path,
-    settings: dict[str, Any],
+    settings: Settings,
     ctx: SearchContext,
 ) -> SearchResult:
     """A C++ program target (``[tool.maxcode.programs]``) through the same strategies, policies,
@@ -234,12 +238,12 @@ def search_program(
 
     start = time.monotonic()
     target = program_info(program, root)
-    config = program_config(program, target.min_speedup or settings["min_speedup"], settings["sandbox"])
+    config = program_config(program, target.min_speedup or settings.min_speedup, settings.sandbox)
     oracle = ProgramOracle(program, config, root, store=ctx.store, run_id=ctx.run_id, progress=ctx.progress)
     workloads: list[dict[str, Any]] = []
     policy_name, _ = search_names(settings, has_llm=ctx.llm is not None)
     builtin = BuiltinPolicy(target, root, "cpu") if policy_name == "builtin" else None
-    if settings.get("executor") == "ray":
+    if settings.executor == "ray":
         ctx.progress(f"{target.id}: program targets are checked on this machine; --maxcode-executor=ray applies to Python targets")
 
     def prepared() -> None:
@@ -277,18 +281,18 @@ class Setup:
     builtin: BuiltinPolicy | None
 
 
-def _search(setup: Setup, root: Path, settings: dict[str, Any], start: float, ctx: SearchContext) -> SearchResult:
+def _search(setup: Setup, root: Path, settings: Settings, start: float, ctx: SearchContext) -> SearchResult:
     target, oracle, workloads, builtin, device = setup.target, setup.oracle, setup.workloads, setup.builtin, setup.device
     store, run_id, progress, hook, llm, oracle_lock = ctx.store, ctx.run_id, ctx.progress, ctx.hook, ctx.llm, ctx.oracle_lock
     state = SearchState(target.id, reference_source=setup.reference_norm)
     state.workloads = workloads
     lock = oracle_lock if oracle_lock is not None else contextlib.nullcontext()
     policy_name, strategy_name = search_names(settings, has_llm=llm is not None)
-    result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name)
+    result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name, device=device)
     budget = Budget(target_limits(target, settings), ctx.run_meter)
-    settings = dict(settings, _value_dir=root / ".maxcode" / "value")
     try:
-        strategy = _make_strategy(strategy_name, settings, hook, scorer_llm=ctx.scorer_llm, target_id=target.id, budget=budget, run_id=run_id)
+        strategy = _make_strategy(strategy_name, settings, hook, scorer_llm=ctx.scorer_llm, target_id=target.id, budget=budget, run_id=run_id,
+                                  value_dir=root / ".maxcode" / "value")
     except MaxcodeError as e:
         result.error, result.stop_reason = str(e), "the search could not start"
         return result
@@ -305,11 +309,11 @@ def _search(setup: Setup, root: Path, settings: dict[str, Any], start: float, ct
             policy = builtin or _make_policy(policy_name, target, root, device, settings, hook, llm, budget, run_id, workloads, result, build)
             if hook is not None:
                 policy = HookedProposer(hook, policy, target, candidates_dir(root, target.id), _native_lang(target, device))
-            strategy.initialize(state, policy, StrategyParams(k=settings.get("k") or 4, depth=settings.get("depth"), width=settings.get("width") or 2))
+            strategy.initialize(state, policy, StrategyParams(k=settings.k, depth=settings.depth, width=settings.width))
             critic = _make_critic(ctx.critic_llm, target, _candidate_lang(target, device, settings), settings, budget, run_id)
             result.critic = critic.label
             result.stop_reason = _run(strategy, policy, state, oracle, budget, store, run_id, target, hook, lock, progress, result,
-                                      llm is not None and builtin is None, critic, bool(settings.get("remeasure")))
+                                      llm is not None and builtin is None, critic, settings.remeasure)
         finally:
             oracle.close()
     except MaxcodeError as e:
@@ -328,14 +332,16 @@ def _search(setup: Setup, root: Path, settings: dict[str, Any], start: float, ct
     return result
 
 
-def _candidate_lang(target: TargetInfo, device: str, settings: dict[str, Any]) -> str:
-    if target.kind != "program" and settings.get("format") == "compat":
+def _candidate_lang(target: TargetInfo, device: str, settings: Settings) -> str:
+    if target.kind != "program" and settings.format == "compat":
         return "py"
     return _native_lang(target, device)
 
 
-def _make_strategy(name: str, settings: dict[str, Any], hook: Any, *, scorer_llm: Any = None, target_id: str = "",
+def _make_strategy(name: str, settings: Settings, hook: Any, *, value_dir: Path, scorer_llm: Any = None, target_id: str = "",
                    budget: Budget | None = None, run_id: int | None = None) -> Strategy:
+    """The strategy by name (a plugin's first), with its qd schedule and its reranker; the light
+    reranker's model is read from ``value_dir`` (the project's .maxcode/value/)."""
     if hook is not None:
         found = hook.pytest_maxcode_strategy(name=name, settings=settings)
         if found is not None:
@@ -347,31 +353,31 @@ def _make_strategy(name: str, settings: dict[str, Any], hook: Any, *, scorer_llm
     except ValueError as e:
         raise MaxcodeError(f"--maxcode-strategy: {e}") from None
     if strategy.name == "qd":
-        from .strategies.qd import parse_stages
+        from ..tables import parse_stages
 
         try:
-            strategy.stages = parse_stages(settings.get("qd"), target_id)
-            strategy.seed = settings.get("search_seed") or 0
+            strategy.stages = parse_stages(settings.qd, target_id)
+            strategy.seed = settings.search_seed
         except ValueError as e:
             raise MaxcodeError(str(e)) from None
-    rerank = settings.get("rerank") or "none"
+    rerank = settings.rerank
     if rerank != "none":
         if not hasattr(strategy, "rerank"):
             raise MaxcodeError(f"--maxcode-rerank={rerank} works with --maxcode-strategy=maxcode, not {name}")
         from ..value.scorer import LightScorer, LLMScorer
 
-        top = settings.get("rerank_top") or max(1, (settings.get("k") or 4) // 2)
+        top = settings.rerank_count()
         if rerank == "light":
-            strategy.rerank = LightScorer(settings["_value_dir"], top)
+            strategy.rerank = LightScorer(value_dir, top)
         elif scorer_llm is None:
             raise MaxcodeError("--maxcode-rerank=llm needs a scoring model: set --maxcode-rerank-llm=openai:MODEL@URL")
         else:
             strategy.rerank = LLMScorer(scorer_llm, top, target_id=target_id, budget=budget, run_id=run_id,
-                                        concurrency=settings.get("llm_concurrency") or 4)
+                                        concurrency=settings.llm_concurrency)
     return strategy
 
 
-def _make_critic(service: Any, target: TargetInfo, lang: str, settings: dict[str, Any], budget: Budget, run_id: int | None) -> Any:
+def _make_critic(service: Any, target: TargetInfo, lang: str, settings: Settings, budget: Budget, run_id: int | None) -> Any:
     """The rule critic, or an LLM critic when a critic model is configured (--maxcode-critic)."""
     from ..critique import LLMCritic, RuleCritic
 
@@ -380,11 +386,11 @@ def _make_critic(service: Any, target: TargetInfo, lang: str, settings: dict[str
     from .prompts import target_reference_text
 
     return LLMCritic(service, reference=target_reference_text(target), lang=lang, run_id=run_id,
-                     target_id=target.id, budget=budget, thinking_tokens=settings.get("critic_thinking_tokens") or 0,
-                     concurrency=settings.get("llm_concurrency") or 4)
+                     target_id=target.id, budget=budget, thinking_tokens=settings.critic_thinking_tokens,
+                     concurrency=settings.llm_concurrency)
 
 
-def _make_policy(name: str, target: TargetInfo, root: Path, device: str, settings: dict[str, Any], hook: Any, llm: Any,
+def _make_policy(name: str, target: TargetInfo, root: Path, device: str, settings: Settings, hook: Any, llm: Any,
                  budget: Budget, run_id: int | None, workloads: list[dict[str, Any]], result: SearchResult, build: str = "") -> Proposer:
     if hook is not None:
         found = hook.pytest_maxcode_policy(name=name, target=target, settings=settings)
@@ -394,29 +400,27 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
         raise MaxcodeError(f"--maxcode-policy: no policy named {name!r} (built in: builtin, llm; plugins add more)")
     if llm is None:
         raise MaxcodeError("--maxcode-policy=llm needs a model: set --maxcode-llm (anthropic:MODEL, openai:MODEL@URL, replay:PATH) or ANTHROPIC_API_KEY")
+    from ..tables import parse_observation
     from .llm_policy import LLMPolicy
-    from .observation import parse_observation
     from .prompts import PromptContext, target_reference_text
 
-    fmt = "program" if target.kind == "program" else settings.get("format") or "native"
+    fmt = "program" if target.kind == "program" else settings.format
     lang = _candidate_lang(target, device, settings)
     entry = {"native": "maxcode_run", "program": "main"}.get(fmt) or ("ModelNew" if target.kind == "module" else target.qualname.split(".")[-1])
-    observation = settings.get("observation") or "trajectory+best"
     try:
-        parts = parse_observation(observation)
+        parts = parse_observation(settings.observation)
     except ValueError as e:
         raise MaxcodeError(f"--maxcode-observation: {e}") from None
     ctx = PromptContext(
         target_id=target.id, kind=target.kind, reference_source=target_reference_text(target),
         fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device), build=build,
-        atol=target.atol, rtol=target.rtol, max_tokens=settings.get("max_tokens") or 8192,
-        temperature=1.0 if settings.get("temperature") is None else settings["temperature"],
-        thinking_tokens=settings.get("thinking_tokens") or 0,
+        atol=target.atol, rtol=target.rtol, max_tokens=settings.max_tokens,
+        temperature=settings.temperature, thinking_tokens=settings.thinking_tokens,
     )
     result.llm = f"{llm.client.provider}:{llm.client.model}"
     result.observation = "+".join(parts)
     return LLMPolicy(llm, ctx, candidates_dir(root, target.id), observation=parts, budget=budget, run_id=run_id,
-                     concurrency=settings.get("llm_concurrency") or 4, seed=settings.get("search_seed") or 0)
+                     concurrency=settings.llm_concurrency, seed=settings.search_seed)
 
 
 def describe_device(device: str) -> dict[str, Any]:

@@ -60,8 +60,8 @@ def main() -> None:
 
     with FakeLLMServer("openai") as srv, Store(root / ".maxcode" / "maxcode.db") as store:
         srv.respond_with(reply)
-        settings = options.load_settings({}, None)
-        settings.update(llm=srv.spec("bench-model"), strategy="maxcode", k=args.k, budget=args.evaluations, llm_concurrency=args.k)
+        settings = options.load_settings({}, None).replace(
+            llm=srv.spec("bench-model"), strategy="maxcode", k=args.k, budget=args.evaluations, llm_concurrency=args.k)
         service = make_service(settings, root, store.path)
         target = TargetInfo("lib.chain", "lib", "chain", root / "lib.py", "function", "cpp")
         t0 = time.perf_counter()
