@@ -1,0 +1,136 @@
+"""``maxcode bench-ab BASE HEAD -- PYTEST_ARGS``: regressions measured base and head alternately.
+
+Comparing one benchmark run of the base with one of the head, taken one after the other,
+lets one burst of load on a shared runner decide the result, and treats the thousands of
+rounds of one process as independent when what differs between processes (allocator,
+placement, a neighbour's job) is the larger noise. So the two commits are checked out side by
+side and their benchmarks run in several short processes each, alternating (ABBA ABBA ...:
+a slow drift of the machine weighs on both sides alike), and each process's median is one
+sample: its fastest round (see :func:`_fastest`). A benchmark regressed when the head's median
+of those is slower by more than its threshold *and* a one-sided Welch t-test on their logs says
+so, Holm-corrected over the benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import git
+
+from ..bot.compare import ALPHA, DEFAULT_THRESHOLD, Comparison, CompareResult, Timings, _holm, load_timings, threshold_for
+from ..errors import MaxcodeError
+
+#: runs per side unless asked: enough for a t-test on run medians to see a 2x change under load
+RUNS = 5
+
+
+def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str], *, runs: int = RUNS,
+                project: str = ".", python: str = sys.executable, timeout_s: float = 1800.0,
+                progress: Callable[[str], None] | None = None) -> tuple[dict[str, Timings], dict[str, Timings]]:
+    """Each benchmark's per-run medians on the base and on the head, run alternately in
+    worktrees of ``repo_root`` (the checkout itself is not touched); ``project`` is the
+    folder inside the repository that pytest runs in."""
+    if runs < 2:
+        raise MaxcodeError("bench-ab: --runs must be at least 2 (each process is one sample)")
+    try:
+        repo = git.Repo(repo_root, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise MaxcodeError(f"bench-ab: {repo_root} is not in a git repository") from None
+    for ref in (base, head):
+        try:
+            repo.commit(ref)
+        except (git.BadName, ValueError):
+            raise MaxcodeError(f"bench-ab: {ref!r} is not a commit in {repo.working_tree_dir} (fetch it first?)") from None
+    medians: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
+    with tempfile.TemporaryDirectory(prefix="maxcode-ab-") as tmp:
+        trees = {side: Path(tmp) / side for side in ("base", "head")}
+        try:
+            for side, ref in (("base", base), ("head", head)):
+                repo.git.worktree("add", "--detach", str(trees[side]), ref)
+            for i in range(runs):
+                for side in (("base", "head") if i % 2 == 0 else ("head", "base")):
+                    if progress:
+                        progress(f"bench-ab: run {i + 1}/{runs} of {side}")
+                    out = Path(tmp) / f"{side}-{i}.json"
+                    _run(python, trees[side] / project, pytest_args, out, timeout_s, side)
+                    for name, seconds in _fastest(out).items():
+                        medians[side].setdefault(name, []).append(seconds)
+        finally:
+            for path in trees.values():
+                if path.exists():
+                    repo.git.worktree("remove", "--force", str(path))
+    return _timings(medians["base"]), _timings(medians["head"])
+
+
+def _run(python: str, cwd: Path, pytest_args: Sequence[str], out: Path, timeout_s: float, side: str) -> None:
+    if not cwd.is_dir():
+        raise MaxcodeError(f"bench-ab: {cwd.name!r} does not exist on the {side} commit (check --project)")
+    argv = [python, "-m", "pytest", *pytest_args, "--benchmark-only", f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"]
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise MaxcodeError(f"bench-ab: the {side}'s benchmarks did not finish within {timeout_s:.0f} s") from None
+    if proc.returncode != 0 or not out.exists():
+        last = next((ln for ln in reversed((proc.stdout + proc.stderr).splitlines()) if ln.strip()), "no output")
+        raise MaxcodeError(f"bench-ab: pytest failed on the {side} (exit {proc.returncode}): {last.strip()[:200]}")
+
+
+def _fastest(path: Path) -> dict[str, float]:
+    """Each benchmark's fastest round in one process: rounds only get slower when other work
+    takes the CPU (a time slice lost inside a round), so on a shared runner the minimum is
+    the process's most repeatable figure; what differs between processes the runs show."""
+    timings = load_timings(path)  # checks the file's shape, with one-line errors
+    fastest = {str(b["fullname"]): b["stats"].get("min") for b in json.loads(path.read_text())["benchmarks"]}
+    return {name: float(fastest.get(name) or t.median_s) for name, t in timings.items()}
+
+
+def _timings(per_run: Mapping[str, list[float]]) -> dict[str, Timings]:
+    out = {}
+    for name, xs in per_run.items():
+        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+        out[name] = Timings(name, statistics.median(xs), statistics.fmean(xs), sd, len(xs), list(xs))
+    return out
+
+
+def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,
+          thresholds: Mapping[str, float] | None = None, base_label: str = "base", head_label: str = "head") -> CompareResult:
+    """Regressed / improved / unchanged per benchmark, from per-run medians (``Timings.data``)."""
+    from scipy.stats import ttest_ind  # scipy loads in a second: imported when used, keeps start-up fast
+
+    result = CompareResult(base_label, head_label, only_base=sorted(set(base) - set(head)), only_head=sorted(set(head) - set(base)))
+    raw_p: list[float] = []
+    for name in sorted(set(base) & set(head)):
+        b, h = base[name], head[name]
+        lb = [math.log(max(x, 1e-18)) for x in b.data or [b.median_s]]
+        lh = [math.log(max(x, 1e-18)) for x in h.data or [h.median_s]]
+        change = h.median_s / max(b.median_s, 1e-18) - 1.0
+        c = Comparison(name, b.median_s, h.median_s, change, _change_interval(lb, lh),
+                       threshold_for(name, threshold, thresholds or {}), "welch-t on runs")
+        side = "greater" if change > 0 else "less"
+        p = float(ttest_ind(lh, lb, equal_var=False, alternative=side).pvalue) if min(len(lb), len(lh)) > 1 else 1.0
+        raw_p.append(p if math.isfinite(p) else 1.0)
+        result.comparisons.append(c)
+    for c, p in zip(result.comparisons, _holm(raw_p)):
+        c.p_value = p
+        c.significant = p < ALPHA
+        if c.significant and c.change > c.threshold:
+            c.verdict = "regressed"
+        elif c.significant and c.change < -c.threshold:
+            c.verdict = "improved"
+    return result
+
+
+def _change_interval(lb: Sequence[float], lh: Sequence[float]) -> list[float] | None:
+    """A 95% interval of head/base - 1 from the log run medians (Welch, normal approximation)."""
+    if min(len(lb), len(lh)) < 2:
+        return None
+    diff = statistics.fmean(lh) - statistics.fmean(lb)
+    se = math.sqrt(statistics.variance(lh) / len(lh) + statistics.variance(lb) / len(lb))
+    return [math.exp(diff - 1.96 * se) - 1.0, math.exp(diff + 1.96 * se) - 1.0]
