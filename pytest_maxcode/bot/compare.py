@@ -157,8 +157,11 @@ def _mean_interval(t: Timings) -> tuple[float, float]:
     return t.mean_s - half, t.mean_s + half
 
 
-def _holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values: many benchmarks compared at once do not multiply false alarms."""
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values: many benchmarks compared at once do not multiply false alarms.
+
+    Public: the interleaved regression mode (``bench/ab.py``) corrects its p-values the same way.
+    """
     m = len(p_values)
     order = sorted(range(m), key=lambda i: p_values[i])
     adjusted = [1.0] * m
@@ -167,6 +170,10 @@ def _holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+#: the old private name, until bench/ab.py and tests/test_bot_compare.py import ``holm``
+_holm = holm
 
 
 def compare(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,
@@ -189,7 +196,7 @@ def compare(base: Mapping[str, Timings], head: Mapping[str, Timings], *, thresho
             c.change_ci = [hl / max(bh, 1e-18) - 1.0, hh / max(bl, 1e-18) - 1.0] if bl > 0 else None
             c.significant = hl > bh or hh < bl
         result.comparisons.append(c)
-    for (c, _), p in zip(raw_p, _holm([p for _, p in raw_p])):
+    for (c, _), p in zip(raw_p, holm([p for _, p in raw_p])):
         c.p_value = p
         c.significant = p < ALPHA
     for c in result.comparisons:
