@@ -4,6 +4,7 @@ and leaves one unchanged, beside a CPU hog, it flags the 2x every time and the u
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import git
@@ -97,3 +98,15 @@ def test_the_judge_works_on_run_medians() -> None:
     assert ab.judge(slow, base).comparisons[0].verdict == "improved"
     c = ab.judge(base, slow).comparisons[0]
     assert c.change_ci[0] < 1.0 < c.change_ci[1] and c.method == "welch-t on runs"
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="--timer instructions needs valgrind (apt-get install valgrind)")
+def test_instruction_mode_flags_the_20_percent_and_never_the_unchanged(repo: Path) -> None:
+    with cpu_hog(1):  # counts do not move with the load
+        base, head = ab.interleaved(repo, "base", "head", [], project="proj", timer="instructions")
+    result = ab.judge(base, head, timer="instructions")
+    verdicts = {c.name.split("::")[-1]: c for c in result.comparisons}
+    assert verdicts["test_doubled"].verdict == "regressed" and 0.8 < verdicts["test_doubled"].change < 1.2
+    assert verdicts["test_fifth"].verdict == "regressed" and 0.12 < verdicts["test_fifth"].change < 0.28
+    assert verdicts["test_same"].verdict == "unchanged" and abs(verdicts["test_same"].change) < 0.01
+    assert all(c.method == "instructions" for c in result.comparisons)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,7 +26,16 @@ from pathlib import Path
 
 import git
 
-from ..bot.compare import ALPHA, DEFAULT_THRESHOLD, Comparison, CompareResult, Timings, _holm, load_timings, threshold_for
+from ..bot.compare import (
+    ALPHA,
+    DEFAULT_THRESHOLD,
+    CompareResult,
+    Comparison,
+    Timings,
+    _holm,
+    load_timings,
+    threshold_for,
+)
 from ..errors import MaxcodeError
 
 #: runs per side unless asked: enough for a t-test on run medians to see a 2x change under load
@@ -32,12 +43,17 @@ RUNS = 5
 
 
 def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str], *, runs: int = RUNS,
-                project: str = ".", python: str = sys.executable, timeout_s: float = 1800.0,
+                project: str = ".", python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
                 progress: Callable[[str], None] | None = None) -> tuple[dict[str, Timings], dict[str, Timings]]:
-    """Each benchmark's per-run medians on the base and on the head, run alternately in
+    """Each benchmark's per-run figures on the base and on the head, run alternately in
     worktrees of ``repo_root`` (the checkout itself is not touched); ``project`` is the
-    folder inside the repository that pytest runs in."""
-    if runs < 2:
+    folder inside the repository that pytest runs in. ``timer="instructions"`` counts
+    instructions under callgrind instead (one run per side: the counts do not vary)."""
+    if timer not in ("time", "instructions"):
+        raise MaxcodeError(f"bench-ab: --timer {timer!r}: expected time or instructions")
+    counting = _Counting(Path(repo_root)) if timer == "instructions" else None
+    runs = 1 if counting else runs
+    if runs < 2 and not counting:
         raise MaxcodeError("bench-ab: --runs must be at least 2 (each process is one sample)")
     try:
         repo = git.Repo(repo_root, search_parent_directories=True)
@@ -59,7 +75,7 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
                     if progress:
                         progress(f"bench-ab: run {i + 1}/{runs} of {side}")
                     out = Path(tmp) / f"{side}-{i}.json"
-                    _run(python, trees[side] / project, pytest_args, out, timeout_s, side)
+                    _run(python, trees[side] / project, pytest_args, out, timeout_s, side, counting)
                     for name, seconds in _fastest(out).items():
                         medians[side].setdefault(name, []).append(seconds)
         finally:
@@ -69,12 +85,42 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
     return _timings(medians["base"]), _timings(medians["head"])
 
 
-def _run(python: str, cwd: Path, pytest_args: Sequence[str], out: Path, timeout_s: float, side: str) -> None:
+class _Counting:
+    """What a pytest run needs to count instructions: valgrind, the built callgrind shim."""
+
+    def __init__(self, root: Path) -> None:
+        from ..native import build  # the compiler driver: only this mode needs it
+
+        if shutil.which("valgrind") is None:
+            raise MaxcodeError("bench-ab --timer instructions needs valgrind on the PATH (e.g. apt-get install valgrind)")
+        shim = build.build_all([build.Source(build.CALLGRIND_SHIM, "cpp")], root / ".maxcode" / "build", cxxflags=["-O2"])[0]
+        if not shim.ok:
+            raise MaxcodeError(f"bench-ab --timer instructions: cannot build the callgrind shim: {' '.join(shim.errors)[:300]}")
+        self.shim = str(build.verified_library(shim))
+
+    def wrap(self, argv: list[str], out: Path, env: dict[str, str]) -> list[str]:
+        """Under callgrind, uninstrumented until the first counted call; pytest-benchmark off,
+        the counting fixture on."""
+        cg_dir = out.with_suffix(".cg")
+        cg_dir.mkdir()
+        env.update(MAXCODE_CALLGRIND_SHIM=self.shim, MAXCODE_CALLGRIND_DIR=str(cg_dir), PYTHONHASHSEED="0")
+        pytest_args = [a for a in argv[3:] if not a.startswith(("--benchmark-only", "--benchmark-json"))]
+        return ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--dump-instr=no",
+                "--dump-line=no", f"--callgrind-out-file={cg_dir}/cg.%p", f"--log-file={cg_dir}/valgrind.%p.log",
+                *argv[:3], *pytest_args, "-p", "no:benchmark", "-p", "pytest_maxcode.bench.counting",
+                f"--maxcode-count-json={out}"]
+
+
+def _run(python: str, cwd: Path, pytest_args: Sequence[str], out: Path, timeout_s: float, side: str,
+         counting: _Counting | None = None) -> None:
     if not cwd.is_dir():
         raise MaxcodeError(f"bench-ab: {cwd.name!r} does not exist on the {side} commit (check --project)")
     argv = [python, "-m", "pytest", *pytest_args, "--benchmark-only", f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"]
+    env = dict(os.environ)
+    if counting is not None:
+        argv = counting.wrap(argv, out, env)
     try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
     except subprocess.TimeoutExpired:
         raise MaxcodeError(f"bench-ab: the {side}'s benchmarks did not finish within {timeout_s:.0f} s") from None
     if proc.returncode != 0 or not out.exists():
@@ -100,9 +146,15 @@ def _timings(per_run: Mapping[str, list[float]]) -> dict[str, Timings]:
 
 
 def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,
-          thresholds: Mapping[str, float] | None = None, base_label: str = "base", head_label: str = "head") -> CompareResult:
-    """Regressed / improved / unchanged per benchmark, from per-run medians (``Timings.data``)."""
-    from scipy.stats import ttest_ind  # scipy loads in a second: imported when used, keeps start-up fast
+          thresholds: Mapping[str, float] | None = None, base_label: str = "base", head_label: str = "head",
+          timer: str = "time") -> CompareResult:
+    """Regressed / improved / unchanged per benchmark, from per-run figures (``Timings.data``).
+    Instruction counts are deterministic: the threshold alone decides them."""
+    if timer == "instructions":
+        return _judge_counts(base, head, threshold, thresholds, base_label, head_label)
+    from scipy.stats import (
+        ttest_ind,  # scipy loads in a second: imported when used, keeps start-up fast
+    )
 
     result = CompareResult(base_label, head_label, only_base=sorted(set(base) - set(head)), only_head=sorted(set(head) - set(base)))
     raw_p: list[float] = []
@@ -124,6 +176,18 @@ def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold
             c.verdict = "regressed"
         elif c.significant and c.change < -c.threshold:
             c.verdict = "improved"
+    return result
+
+
+def _judge_counts(base: Mapping[str, Timings], head: Mapping[str, Timings], threshold: float,
+                  thresholds: Mapping[str, float] | None, base_label: str, head_label: str) -> CompareResult:
+    result = CompareResult(base_label, head_label, only_base=sorted(set(base) - set(head)), only_head=sorted(set(head) - set(base)))
+    for name in sorted(set(base) & set(head)):
+        b, h = base[name].median_s, head[name].median_s
+        change = h / max(b, 1e-18) - 1.0
+        c = Comparison(name, b, h, change, None, threshold_for(name, threshold, thresholds or {}), "instructions", significant=True)
+        c.verdict = "regressed" if change > c.threshold else "improved" if change < -c.threshold else "unchanged"
+        result.comparisons.append(c)
     return result
 
 

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from ..sandbox.isolation import Isolation
 
 INCLUDE_DIR = Path(__file__).parent / "include"
+#: the callgrind client requests (toggle, dump) that instruction counting brackets a call with
+CALLGRIND_SHIM = Path(__file__).parent / "callgrind_shim.cpp"
 DEFAULT_CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17")
 # valgrind cannot execute AVX-512; under --timer instructions native code targets AVX2
 VALGRIND_CXXFLAGS = ("-O3", "-march=x86-64-v3", "-fopenmp", "-std=c++17")

@@ -45,7 +45,7 @@ from .verdict import UNDECIDED_WIDTH, Verdict, undecided
 
 NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 GiB = 1 << 30
-CALLGRIND_SHIM = Path(__file__).parent / "remote" / "_maxcode_callgrind.cpp"
+CALLGRIND_SHIM = build_mod.CALLGRIND_SHIM
 #: bumped when the decision rule changes, so verdicts stored under the old rule are not reused;
 #: 2: a timed "faster" is confirmed by a second measurement in a fresh worker
 #: 3: timed by the trusted side over shared memory, every timed output checked, fresh inputs
