@@ -169,7 +169,7 @@ def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold
         p = float(ttest_ind(lh, lb, equal_var=False, alternative=side).pvalue) if min(len(lb), len(lh)) > 1 else 1.0
         raw_p.append(p if math.isfinite(p) else 1.0)
         result.comparisons.append(c)
-    for c, p in zip(result.comparisons, _holm(raw_p)):
+    for c, p in zip(result.comparisons, holm(raw_p)):
         c.p_value = p
         c.significant = p < ALPHA
         if c.significant and c.change > c.threshold:
