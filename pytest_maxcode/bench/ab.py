@@ -32,7 +32,7 @@ from ..bot.compare import (
     CompareResult,
     Comparison,
     Timings,
-    _holm,
+    holm,
     load_timings,
     threshold_for,
 )
