@@ -488,7 +488,9 @@ class Oracle:
         for b in range(2, self.config.blocks + 1):
             self.progress(f"block {b}/{self.config.blocks} of {cand.path.name}")
             again = second_measurement(first)
-            self._run(cand, built, again)
+            # a later block times for half the budget (the three together cost what a screening
+            # and one confirmation did) and skips the range sets, which the screening ran
+            self._run(cand, built, again, later_block=True)
             blocks.append(again)
             if not again.correct or not again.speedup_ci:
                 break
@@ -598,7 +600,7 @@ class Oracle:
             v.reasons.append(f"the wall clock agrees: {wall.speedup:.3g}x, 95% CI [{wall.speedup_ci[0]:.3g}, {wall.speedup_ci[1]:.3g}]")
         return v
 
-    def _job(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> dict[str, Any]:
+    def _job(self, cand: CandidateSpec, built: build_mod.BuildResult | None, ranges: bool = True) -> dict[str, Any]:
         c = self.config
         assert self.scratch is not None
         compat_dir = self.cache_dir / "compat" / cand.hash[:16]
@@ -628,9 +630,10 @@ class Oracle:
             min_speedup=c.min_speedup,
             min_rounds=c.min_rounds,
             max_rounds=c.max_rounds,
+            ranges=ranges,
         )
 
-    def _run(self, cand: CandidateSpec, built: build_mod.BuildResult | None, v: Verdict) -> None:
+    def _run(self, cand: CandidateSpec, built: build_mod.BuildResult | None, v: Verdict, later_block: bool = False) -> None:
         assert self.zygote is not None
         c = self.config
         by_name = {w.name: w for w in self.workloads}
@@ -640,7 +643,7 @@ class Oracle:
         timeout = c.timeout * self._slowdown
         first_timeout = timeout + (c.build_timeout if cand.format == "compat" else 0)
         try:
-            job = self._job(cand, built)
+            job = self._job(cand, built, ranges=not later_block)
         except build_mod.IntegrityError as e:
             v.status, v.reasons = "rejected", [str(e)]
             return
@@ -650,7 +653,7 @@ class Oracle:
         # the order the protocol allows: every correctness set, then timing, then "done"
         due = [(w.name, i) for w in self.workloads for i in range(len(w.expected))]
         # then the range sets, whose results flag the verdict but do not fail it
-        range_due = [(w.name, label) for w in self.workloads for label in w.range_expected]
+        range_due = [] if later_block else [(w.name, label) for w in self.workloads for label in w.range_expected]
         range_failed: dict[str, str] = {}
         timed = False
         try:
@@ -684,7 +687,7 @@ class Oracle:
                     raise ProtocolError(f"'{name}' before every range set's outputs")
                 elif name == "serving" and not due and not timed and c.timer == "time":
                     timed = True
-                    if not self._time(child, v, timings, cand.format == "native"):
+                    if not self._time(child, v, timings, cand.format == "native", 0.5 if later_block else 1.0):
                         break
                     child.send("finish")
                 elif name == "counts" and not due and c.timer == "instructions" and kw["workload"] in by_name:
@@ -751,7 +754,8 @@ class Oracle:
         if v.status in ("runtime_error", "crash") and c.max_memory and _memory_related(v.reasons):
             v.reasons.append(f"the memory limit was {c.max_memory / GiB:.3g} GiB (--max-memory)")
         if finished and not v.reasons:
-            self._flag_range(v, range_failed)
+            if not later_block:
+                self._flag_range(v, range_failed)
             self._score(v, timings)
 
     def _flag_range(self, v: Verdict, failed: dict[str, str]) -> None:
@@ -765,11 +769,12 @@ class Oracle:
             v.range_limited = ranges.describe(passed, list(failed))
             v.diagnostics["range_limited"] = v.range_limited
 
-    def _time(self, child: Job, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]], native: bool) -> bool:
+    def _time(self, child: Job, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]], native: bool,
+              budget_share: float = 1.0) -> bool:
         """Time every workload from this process (the trusted clock); False when that ended the verdict."""
         assert self.zygote is not None
         c = self.config
-        cfg = timing.TimingConfig(time_budget=c.time_budget, min_rounds=c.min_rounds, max_rounds=c.max_rounds,
+        cfg = timing.TimingConfig(time_budget=c.time_budget * budget_share, min_rounds=c.min_rounds, max_rounds=c.max_rounds,
                                   min_speedup=c.min_speedup, atol=c.atol, rtol=c.rtol, inplace=c.inplace,
                                   device=self.device, native=native)
         checked = 0
@@ -964,6 +969,10 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str) -
         last.compile_s = first.compile_s
     last.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons[:1]}
     last.diagnostics["blocks"] = [{"speedup": b.speedup, "speedup_ci": b.speedup_ci, "status": b.status} for b in blocks]
+    last.range_limited = first.range_limited  # the range sets ran in the first block only
+    for key in ("range", "range_limited"):
+        if key in first.diagnostics:
+            last.diagnostics[key] = first.diagnostics[key]
     if not last.correct or not last.speedup_ci or not last.speedup:
         last.reasons = [f"on block {len(blocks)}, in a fresh worker: {r}" for r in last.reasons]
         return last

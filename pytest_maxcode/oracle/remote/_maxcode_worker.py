@@ -788,7 +788,7 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
         left = _descendants({me})
         if left:
             raise CandidateError("rejected", f"the candidate left {len(left)} process(es) running")
-    for w in inputs:
+    for w in inputs if job.get("ranges", True) else []:
         _run_ranges(w, cand, native, extras_cand, device, inplace, conn)
 
     gc.collect()
