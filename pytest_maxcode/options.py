@@ -345,7 +345,8 @@ def _layer(raw: Any, where: str, pyproject: Path) -> dict[str, Any]:
         raise ValueError(f"{pyproject}: {where} must be a table")
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        name = next((o.name for o in TABLE if o.key == key.replace("-", "_") and FILE in o.scopes), None)
+        spelled = key.replace("-", "_")
+        name = next((o.name for o in TABLE if spelled in (o.key, o.name) and FILE in o.scopes), None)
         if name is None:
             known = ", ".join(sorted(_BY_NAME[k].key for k in SETTINGS_DEFAULTS))
             raise ValueError(f"{pyproject}: {where} has no setting {key!r} (known: {known})")

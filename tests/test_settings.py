@@ -293,3 +293,13 @@ def test_maxcode_check_takes_a_profile(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "check", "ref.py:f", "c.cpp", "--profile", "gpu"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 2 and "no profile 'gpu' (profiles: ci)" in run.stderr and run.stderr.count("\n") == 1, run.stderr
+
+
+def test_a_key_is_spelled_like_its_flag_or_its_field(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    for text in ('[tool.maxcode]\njson = "r.json"\n', '[tool.maxcode]\njson_path = "r.json"\n', '[tool.maxcode]\nmin-speedup = 2\njson = "r.json"\n'):
+        pyproject.write_text(text)
+        assert load_settings({}, pyproject).json_path == "r.json"
+    pyproject.write_text('[tool.maxcode]\nprofile = "ci"\n')
+    with pytest.raises(ValueError, match=r"\[tool.maxcode\] has no setting 'profile' \(known: accept_range_limited, apply, budget"):
+        load_settings({}, pyproject)
