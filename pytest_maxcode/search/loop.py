@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..critique import LLMCritic, RuleCritic
 from ..errors import MaxcodeError
 from ..options import Settings
 from ..oracle.check import CheckConfig, Oracle
 from ..oracle.reference import ReferenceSpec
 from ..oracle.verdict import Verdict, undecided
 from ..targets.decorator import normalized_source_in_file
+from ..value.scorer import LightScorer, LLMScorer
 from .budget import Budget, Limits, Meter
 from .policy import BuiltinPolicy, TargetInfo, candidates_dir, materialize
 from .state import Proposal, SearchState
@@ -364,11 +366,9 @@ def _make_strategy(name: str, settings: Settings, hook: Any, *, value_dir: Path,
     if rerank != "none":
         if not hasattr(strategy, "rerank"):
             raise MaxcodeError(f"--maxcode-rerank={rerank} works with --maxcode-strategy=maxcode, not {name}")
-        from ..value.scorer import LightScorer, LLMScorer
-
         top = settings.rerank_count()
         if rerank == "light":
-            strategy.rerank = LightScorer(value_dir, top)
+            strategy.rerank = LightScorer(value_dir, top, budget)  # the budget only plans steps: no LLM calls
         elif scorer_llm is None:
             raise MaxcodeError("--maxcode-rerank=llm needs a scoring model: set --maxcode-rerank-llm=openai:MODEL@URL")
         else:
@@ -379,8 +379,6 @@ def _make_strategy(name: str, settings: Settings, hook: Any, *, value_dir: Path,
 
 def _make_critic(service: Any, target: TargetInfo, lang: str, settings: Settings, budget: Budget, run_id: int | None) -> Any:
     """The rule critic, or an LLM critic when a critic model is configured (--maxcode-critic)."""
-    from ..critique import LLMCritic, RuleCritic
-
     if service is None:
         return RuleCritic()
     from .prompts import target_reference_text
@@ -462,7 +460,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
             return budget.exhausted() or "the budget is spent"
         batch = strategy.propose(room)[:room]
         if not batch:
-            return _unavailable(policy) or strategy.should_stop() or "the policy has no more candidates"
+            return budget.exhausted() or _unavailable(policy) or strategy.should_stop() or "the policy has no more candidates"
         verdicts = _evaluate(batch, oracle, store, target, lock, progress, result, remeasure)
         nodes = [state.add(p, v, step) for p, v in zip(batch, verdicts)]
         for node, c in zip(nodes, critic.critique_all(nodes)):
