@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tables import parse_observation, parse_programs, parse_stages
+from .tables import parse_observation, parse_programs, parse_regressions, parse_stages
 
 
 def parse_size(text: str) -> int:
@@ -393,12 +393,13 @@ def _check_tables(s: Settings, pyproject: Path | None) -> None:
             from .llm.pricing import Prices
 
             Prices(s.prices)
-        if s.regressions is not None:
-            from .bot.compare import thresholds_from  # as above, the comparison's
-
-            thresholds_from(s.regressions)
     except MaxcodeError as e:
         raise ValueError(f"{pyproject}: {e}" if pyproject is not None else str(e)) from None
+    if s.regressions is not None:
+        try:
+            parse_regressions(s.regressions)
+        except ValueError as e:
+            raise ValueError(f"{pyproject}: {e}" if pyproject is not None else str(e)) from None
     if s.qd is not None:
         parse_stages(s.qd)
     if s.programs is not None and pyproject is not None:

@@ -195,3 +195,43 @@ def _program_count(t: dict[str, Any], key: str, default: int | None, where: str)
     if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
         raise ValueError(f"{where}: {key} must be a positive integer, not {v!r}")
     return v
+
+
+# -- the regression gate ([tool.maxcode.regressions]) ---------------------------------------------
+
+#: a slowdown beyond this fraction may be a regression, unless a table says otherwise
+DEFAULT_THRESHOLD = 0.10
+
+
+@dataclass(frozen=True)
+class Regressions:
+    """``threshold``, per-benchmark ``thresholds`` (globs), and how ``maxcode bench-ab`` measures:
+    ``timer`` (``time``, or ``instructions`` under valgrind) and ``runs`` per side."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    thresholds: Mapping[str, float] | None = None
+    timer: str = "time"
+    runs: int = 5
+
+
+def parse_regressions(table: Mapping[str, Any] | None) -> Regressions:
+    """``[tool.maxcode.regressions]``, or ValueError naming the bad key."""
+    table = dict(table or {})
+    known = ("threshold", "thresholds", "timer", "runs")
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ValueError(f"[tool.maxcode.regressions] has no setting {unknown[0]!r} (known: {', '.join(known)})")
+    default = table.get("threshold", DEFAULT_THRESHOLD)
+    per = table.get("thresholds") or {}
+    if not isinstance(per, Mapping):
+        raise ValueError("[tool.maxcode.regressions] thresholds must be a table of glob = fraction")
+    for key, value in [("threshold", default), *((f"thresholds.{k!r}", v) for k, v in per.items())]:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 10:
+            raise ValueError(f"[tool.maxcode.regressions] {key} must be a fraction such as 0.1 (10%), not {value!r}")
+    timer = table.get("timer", "time")
+    if timer not in ("time", "instructions"):
+        raise ValueError(f"[tool.maxcode.regressions] timer must be \"time\" or \"instructions\", not {timer!r}")
+    runs = table.get("runs", 5)
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise ValueError(f"[tool.maxcode.regressions] runs must be a whole number of at least 2, not {runs!r}")
+    return Regressions(float(default), {str(k): float(v) for k, v in per.items()}, timer, runs)

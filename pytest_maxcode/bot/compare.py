@@ -23,8 +23,8 @@ from typing import Any
 
 from ..errors import MaxcodeError
 from ..report import fmt_time
+from ..tables import DEFAULT_THRESHOLD, parse_regressions
 
-DEFAULT_THRESHOLD = 0.10
 ALPHA = 0.05
 
 
@@ -112,16 +112,11 @@ def _floats(values: Any) -> list[float] | None:
 
 def thresholds_from(settings: Mapping[str, Any] | None) -> tuple[float, dict[str, float]]:
     """``[tool.maxcode.regressions]``: ``threshold`` and per-benchmark ``thresholds`` (globs)."""
-    table = dict(settings or {})
-    unknown = set(table) - {"threshold", "thresholds"}
-    if unknown:
-        raise MaxcodeError(f"[tool.maxcode.regressions] has no setting {sorted(unknown)[0]!r} (known: threshold, thresholds)")
-    default = table.get("threshold", DEFAULT_THRESHOLD)
-    per = table.get("thresholds") or {}
-    for key, value in [("threshold", default), *((f"thresholds.{k!r}", v) for k, v in per.items())]:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 10:
-            raise MaxcodeError(f"[tool.maxcode.regressions] {key} must be a fraction such as 0.1 (10%), not {value!r}")
-    return float(default), {str(k): float(v) for k, v in per.items()}
+    try:
+        table = parse_regressions(settings)
+    except ValueError as e:
+        raise MaxcodeError(str(e)) from None
+    return table.threshold, dict(table.thresholds or {})
 
 
 def threshold_for(name: str, default: float, per: Mapping[str, float]) -> float:

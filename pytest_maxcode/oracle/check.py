@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import MaxcodeError
+from ..options import MIN_SPEEDUP
 from ..native import build as build_mod
 from ..sandbox import isolation as isolation_mod
 from ..sandbox.isolation import Isolation, Limits, resolve
@@ -62,7 +63,7 @@ class CheckConfig:
     device: str | None = None
     atol: float | None = None
     rtol: float | None = None
-    min_speedup: float = 1.05
+    min_speedup: float = MIN_SPEEDUP
     timeout: float = 60.0
     build_timeout: float = 300.0
     max_memory: int | None = 4 * GiB
