@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import options
+from .tables import parse_regressions
 from ._files import write_atomic
 from ._styles import STATUS_STYLE
 from ._version import __version__
@@ -43,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("reference", metavar="REFERENCE")
     check.add_argument("candidates", metavar="CANDIDATE", nargs="+")
     check.add_argument("--inputs", metavar="FILE.py:FUNCTION", help="the function that returns one input set (for FILE.py:FUNCTION references)")
+    check.add_argument("--repeat", type=options.positive_int, metavar="N",
+                       help="then measure each correct candidate N more times, each in a fresh oracle with a fresh seed, "
+                            "and say how many of those speedups fell inside the quoted interval")
     options.add_to_argparse(check, options.CHECK)
     status = sub.add_parser(
         "status",
@@ -111,6 +115,29 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
     cmp.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
     cmp.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
+    ab = sub.add_parser(
+        "bench-ab",
+        help="regressions measured base and head alternately: short benchmark runs of each, one sample per process",
+        description=(
+            "Checks out BASE_REF and HEAD_REF side by side (git worktrees: this checkout is not touched) and runs "
+            "the benchmarks (pytest-benchmark's fixture) in each alternately, ABBA..., in --runs short processes per "
+            "side; each process's fastest round is one sample. A regression is a slowdown beyond the threshold that "
+            "a one-sided Welch t-test on those samples also finds (Holm-corrected). --timer instructions counts "
+            "instructions under valgrind instead (deterministic: one run per side, the threshold decides). "
+            "Thresholds, timer and runs: the options, else [tool.maxcode.regressions], else 10%, time, 5. "
+            "Arguments after -- go to pytest. Exit status 1 with --fail-on-regression when anything regressed."
+        ),
+    )
+    ab.add_argument("base", metavar="BASE_REF")
+    ab.add_argument("head", metavar="HEAD_REF")
+    ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="after --: what pytest runs (e.g. -- tests/bench -k matmul)")
+    ab.add_argument("--runs", type=options.positive_int, metavar="N", help="processes per side (default 5)")
+    ab.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
+    ab.add_argument("--threshold", type=options.positive_float, metavar="F", help="slowdown that counts, as a fraction (0.1 = 10%%)")
+    ab.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
+    ab.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
+    ab.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
+    ab.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
     pr = sub.add_parser(
         "pr",
         help="open or update one pull request per verified target of a report",
@@ -552,11 +579,22 @@ def cmd_check(ns: argparse.Namespace) -> int:
             store.finish_run(run_id, "interrupted")
             raise
         store.finish_run(run_id)
+    repeats = []
+    if ns.repeat:
+        from .oracle.repeat import repeat
+
+        for cand, v in zip(candidates, verdicts):
+            if v.correct and v.speedup_ci:
+                r = repeat(reference, config, root, cand, v, ns.repeat, progress=progress)
+                v.diagnostics["repeats"] = {"n": ns.repeat, "inside": r.inside, "speedups": [x.speedup for x in r.again]}
+                repeats.append(r.line())
     if settings.json:
         json.dump([v.to_json() for v in verdicts], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         _print_verdicts(verdicts, oracle.workloads, oracle.device)
+        for line in repeats:
+            print(line)
     return 0 if all(v.correct for v in verdicts) else 1
 
 
@@ -582,7 +620,7 @@ def _print_verdicts(verdicts, workloads, device: str) -> None:
     for v in verdicts:
         ci = f"[{v.speedup_ci[0]:.3g}, {v.speedup_ci[1]:.3g}]" if v.speedup_ci else "-"
         sp = f"{v.speedup:.3g}x" if v.speedup is not None else "-"
-        status = v.status + (" (weak check)" if v.weak_check else "")
+        status = v.status + (" (weak check)" if v.weak_check else "") + (" (range-limited)" if v.range_limited else "")
         table.add_row(
             os.path.basename(v.candidate),
             f"[{STATUS_STYLE[v.status]}]{status}[/]",
@@ -598,6 +636,9 @@ def _print_verdicts(verdicts, workloads, device: str) -> None:
             console.print(f"[bold]{os.path.basename(v.candidate)}[/]: {v.status}", highlight=False)
             for r in v.reasons:
                 console.print(f"  {r}", highlight=False, markup=False)
+            if v.range_limited:
+                console.print(f"  range-limited ({v.range_limited}): not applied, no pull request, unless the "
+                              "target sets accept_range_limited", highlight=False, markup=False)
 
 
 def cmd_ablate(ns: argparse.Namespace) -> int:
@@ -641,6 +682,47 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         write_atomic(Path(ns.json), json.dumps(result.to_json(), indent=2) + "\n")
     print(text, end="")
     return 1 if ns.fail_on_regression and result.regressions else 0
+
+
+def cmd_bench_ab(ns: argparse.Namespace) -> int:
+    from .bench import ab
+    from .bot import compare as cmp
+
+    pyproject = Path.cwd() / "pyproject.toml"
+    table = None
+    if pyproject.is_file() or ns.profile is not None:
+        try:
+            table = options.load_settings({"profile": ns.profile}, pyproject).regressions
+        except ValueError as e:
+            raise MaxcodeError(str(e)) from None
+    try:
+        reg = parse_regressions(table)
+    except ValueError as e:
+        raise MaxcodeError(str(e)) from None
+    timer = ns.timer or reg.timer
+    repo = _git_root(Path.cwd())
+    console = _console()
+    base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=ns.runs or reg.runs,
+                                project=os.path.relpath(Path.cwd(), repo), timer=timer,
+                                progress=(lambda msg: console.log(msg)) if console else None)
+    result = ab.judge(base, head, threshold=ns.threshold or reg.threshold, thresholds=reg.thresholds,
+                      base_label=ns.base, head_label=ns.head, timer=timer)
+    text = cmp.markdown(result)
+    if ns.markdown:
+        write_atomic(Path(ns.markdown), text)
+    if ns.json:
+        write_atomic(Path(ns.json), json.dumps(result.to_json(), indent=2) + "\n")
+    print(text, end="")
+    return 1 if ns.fail_on_regression and result.regressions else 0
+
+
+def _git_root(where: Path) -> Path:
+    import git
+
+    try:
+        return Path(git.Repo(where, search_parent_directories=True).working_tree_dir or where)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise MaxcodeError(f"bench-ab: {where} is not in a git repository") from None
 
 
 def _repo_name(given: str | None) -> str:
@@ -691,7 +773,14 @@ def cmd_comment(ns: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    passed: list[str] = []
+    if args[:1] == ["bench-ab"] and "--" in args:  # pytest's own arguments, options included
+        cut = args.index("--")
+        args, passed = args[:cut], args[cut + 1:]
+    ns = parser.parse_args(args)
+    if passed:
+        ns.pytest_args = [*ns.pytest_args, *passed]
     try:
         if ns.command == "check":
             return cmd_check(ns)
@@ -707,6 +796,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_ablate(ns)
         if ns.command == "compare":
             return cmd_compare(ns)
+        if ns.command == "bench-ab":
+            return cmd_bench_ab(ns)
         if ns.command == "bench":
             from .bench import kernelbench, pie
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import git
 import pytest
+from conftest import run_maxcode
 from test_aa_runs import cpu_hog
 
 from pytest_maxcode.bench import ab
@@ -110,3 +111,12 @@ def test_instruction_mode_flags_the_20_percent_and_never_the_unchanged(repo: Pat
     assert verdicts["test_fifth"].verdict == "regressed" and 0.12 < verdicts["test_fifth"].change < 0.28
     assert verdicts["test_same"].verdict == "unchanged" and abs(verdicts["test_same"].change) < 0.01
     assert all(c.method == "instructions" for c in result.comparisons)
+
+
+def test_the_command_line_runs_in_the_project_folder_and_fails_on_a_regression(repo: Path) -> None:
+    r = run_maxcode(["bench-ab", "base", "head", "--runs", "2", "--fail-on-regression", "--", *ARGS], cwd=repo / "proj")
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "| `test_bench.py::test_doubled` |" in r.stdout and "🔴 slower" in r.stdout
+    assert "each process's fastest round one sample" in r.stdout
+    bad = run_maxcode(["bench-ab", "base", "nope"], cwd=repo / "proj")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("maxcode: error: bench-ab: 'nope' is not a commit")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from conftest import DATA
+from conftest import DATA, run_maxcode
 
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
@@ -41,3 +41,14 @@ def test_repeats_are_fresh_runs_of_the_same_candidate(tmp_path: Path) -> None:
     seeds = {quoted.diagnostics["seed"], *(v.diagnostics["seed"] for v in r.again)}
     assert len(seeds) == 3  # a chosen seed repeats the inputs; a repeat draws its own
     assert "of 2 repeats fell inside the quoted" in r.line()
+
+
+def test_the_command_line_prints_the_coverage(tmp_path: Path) -> None:
+    for name in ("ref.py", "good.cpp"):
+        shutil.copy(DATA / "chain" / name, tmp_path / name)
+    r = run_maxcode(["check", "ref.py", "good.cpp", "--repeat", "1", "--time-budget", "0.05"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "good.cpp: " in r.stdout and " of 1 repeats fell inside the quoted " in r.stdout, r.stdout[-1500:]
+    j = run_maxcode(["check", "ref.py", "good.cpp", "--repeat", "1", "--time-budget", "0.05", "--json"], cwd=tmp_path)
+    (v,) = j.verdicts
+    assert v["diagnostics"]["repeats"]["n"] == 1 and len(v["diagnostics"]["repeats"]["speedups"]) == 1

@@ -207,6 +207,16 @@ def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
 
+def _method_text(result: CompareResult) -> str:
+    methods = {c.method for c in result.comparisons}
+    if methods == {"instructions"}:
+        return "instruction counts under callgrind: deterministic, so the threshold alone decides"
+    if methods == {"welch-t on runs"}:
+        return ("base and head run alternately in short processes, each process's fastest round one sample; "
+                "one-sided Welch t-test on those, Holm-corrected")
+    return "one-sided Mann-Whitney U on raw timings, Holm-corrected; else non-overlapping 95% intervals"
+
+
 def markdown(result: CompareResult) -> str:
     n = len(result.regressions)
     improved = sum(c.verdict == "improved" for c in result.comparisons)
@@ -220,7 +230,7 @@ def markdown(result: CompareResult) -> str:
         head += f"; {improved} faster"
     lines = [f"### ⏱ Performance: {head}", "",
              "A regression is a slowdown beyond the threshold that is also statistically significant "
-             "(one-sided Mann-Whitney U on raw timings, Holm-corrected; else non-overlapping 95% intervals).", "",
+             f"({_method_text(result)}).", "",
              "| benchmark | base (median) | head (median) | change (95% CI) | p | threshold | |", "|---|---:|---:|---:|---:|---:|---|"]
     icon = {"regressed": "🔴 slower", "improved": "🟢 faster", "unchanged": ""}
     for c in sorted(result.comparisons, key=lambda c: (c.verdict != "regressed", -c.change)):
