@@ -18,7 +18,7 @@ from ._styles import STATUS_STYLE
 from ._version import __version__
 from .bench.ablation import OBSERVATIONS
 from .errors import MaxcodeError
-from .report._format import fmt_time
+from .report import fmt_time
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tables import parse_observation, parse_programs, parse_regressions, parse_stages
+from .tables import parse_observation, parse_prices, parse_programs, parse_regressions, parse_stages
 
 
 def parse_size(text: str) -> int:
@@ -385,21 +385,13 @@ def _file_layers(pyproject: Path | None, profile: str | None) -> tuple[dict[str,
 
 def _check_tables(s: Settings, pyproject: Path | None) -> None:
     """The tables' own parsers, their errors as one line."""
-    from .errors import MaxcodeError
-
     try:
         if s.prices is not None:
-            # the price table's parser belongs to the LLM layer; imported only when a table is set
-            from .llm.pricing import Prices
-
-            Prices(s.prices)
-    except MaxcodeError as e:
-        raise ValueError(f"{pyproject}: {e}" if pyproject is not None else str(e)) from None
-    if s.regressions is not None:
-        try:
+            parse_prices(s.prices)
+        if s.regressions is not None:
             parse_regressions(s.regressions)
-        except ValueError as e:
-            raise ValueError(f"{pyproject}: {e}" if pyproject is not None else str(e)) from None
+    except ValueError as e:
+        raise ValueError(f"{pyproject}: {e}" if pyproject is not None else str(e)) from None
     if s.qd is not None:
         parse_stages(s.qd)
     if s.programs is not None and pyproject is not None:

@@ -235,3 +235,45 @@ def parse_regressions(table: Mapping[str, Any] | None) -> Regressions:
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ValueError(f"[tool.maxcode.regressions] runs must be a whole number of at least 2, not {runs!r}")
     return Regressions(float(default), {str(k): float(v) for k, v in per.items()}, timer, runs)
+
+
+# -- LLM prices (the ``prices`` setting) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens."""
+
+    input: float  # not cached
+    output: float
+    cache_write: float
+    cache_read: float
+
+
+def parse_price(name: str, spec: Any) -> Price:
+    """One model's entry of the ``prices`` table, or ValueError saying how to fix it."""
+    where = f"prices for {name!r}"
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{where} must be a table like {{input = 3, output = 15}} (USD per million tokens): fix the prices setting")
+    unknown = set(spec) - {"input", "output", "cache_write", "cache_read"}
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))} (use input, output, cache_write, cache_read): fix the prices setting")
+    vals: dict[str, float] = {}
+    for k, v in spec.items():
+        try:
+            vals[k] = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: {k} = {v!r} is not a number of USD per million tokens: fix the prices setting") from None
+        if vals[k] < 0:
+            raise ValueError(f"{where}: {k} must not be negative: fix the prices setting")
+    if "input" not in vals or "output" not in vals:
+        raise ValueError(f"{where} needs at least input and output (USD per million tokens): fix the prices setting")
+    inp = vals["input"]
+    claude = name.startswith("claude")
+    return Price(inp, vals["output"], vals.get("cache_write", inp * 1.25 if claude else inp), vals.get("cache_read", inp * 0.1))
+
+
+def parse_prices(table: Mapping[str, Any]) -> dict[str, Price]:
+    if not isinstance(table, Mapping):
+        raise ValueError("prices must be a table of model = {input = ..., output = ...}")
+    return {str(name): parse_price(str(name), spec) for name, spec in table.items()}

@@ -17,7 +17,7 @@ from conftest import run_maxcode
 
 from pytest_maxcode.bot.compare import (
     Timings,
-    _holm,
+    holm,
     compare,
     load_timings,
     thresholds_from,
@@ -179,7 +179,7 @@ def test_maxcode_reports_compare_the_users_own_code(tmp_path: Path) -> None:
 
 
 def test_holm_adjusts_many_p_values_and_thresholds_validate() -> None:
-    assert _holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert thresholds_from(None) == (0.1, {})
     with pytest.raises(MaxcodeError, match="has no setting 'limit'"):
         thresholds_from({"limit": 1})

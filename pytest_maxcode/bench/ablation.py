@@ -217,7 +217,7 @@ def ablate(root: Path, *, observations: Sequence[str] = OBSERVATIONS, reranks: S
                 progress(f"  {r.error}")
             results.append(r)
     rows = summarize(results, budget)
-    from ..report._html import curves_svg
+    from ..report import curves_svg
 
     curves = {r["label"]: r["curve"] for r in rows if "curve" in r}
     (out_dir / "curves.svg").write_text(curves_svg(curves, None, title=f"best verified speedup vs evaluations (mean of {seeds} seed(s))"))

@@ -168,7 +168,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 #: the old private name, until bench/ab.py and tests/test_bot_compare.py import ``holm``
-_holm = holm
 
 
 def compare(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,

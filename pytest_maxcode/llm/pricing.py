@@ -11,23 +11,11 @@ Override or add models with the ``prices`` setting::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MaxcodeError
+from ..tables import Price, parse_price
 from .base import LLMResponse
-
-
-@dataclass(frozen=True)
-class Price:
-    input: float  # USD per million input tokens (not cached)
-    output: float
-    cache_write: float
-    cache_read: float
-
-    def cost(self, r: LLMResponse) -> float:
-        return (r.input_tokens * self.input + r.output_tokens * self.output
-                + r.cache_write_tokens * self.cache_write + r.cache_read_tokens * self.cache_read) / 1e6
 
 
 def _claude(inp: float, out: float) -> Price:
@@ -71,25 +59,10 @@ DEFAULT_PRICES: dict[str, Price] = {
 
 
 def _price_from_setting(name: str, spec: Any) -> Price:
-    where = f"prices for {name!r}"
-    if not isinstance(spec, Mapping):
-        raise MaxcodeError(f"{where} must be a table like {{input = 3, output = 15}} (USD per million tokens): fix the prices setting")
-    unknown = set(spec) - {"input", "output", "cache_write", "cache_read"}
-    if unknown:
-        raise MaxcodeError(f"{where}: unknown field(s) {', '.join(sorted(unknown))} (use input, output, cache_write, cache_read): fix the prices setting")
-    vals: dict[str, float] = {}
-    for k, v in spec.items():
-        try:
-            vals[k] = float(v)
-        except (TypeError, ValueError):
-            raise MaxcodeError(f"{where}: {k} = {v!r} is not a number of USD per million tokens: fix the prices setting") from None
-        if vals[k] < 0:
-            raise MaxcodeError(f"{where}: {k} must not be negative: fix the prices setting")
-    if "input" not in vals or "output" not in vals:
-        raise MaxcodeError(f"{where} needs at least input and output (USD per million tokens): fix the prices setting")
-    inp = vals["input"]
-    claude = name.startswith("claude")
-    return Price(inp, vals["output"], vals.get("cache_write", inp * 1.25 if claude else inp), vals.get("cache_read", inp * 0.1))
+    try:
+        return parse_price(name, spec)
+    except ValueError as e:
+        raise MaxcodeError(str(e)) from None
 
 
 class Prices:
@@ -115,4 +88,7 @@ class Prices:
     def cost(self, model: str, response: LLMResponse) -> float | None:
         """USD for one reply, or None when the model is unpriced (local, scripted, unknown)."""
         p = self.price(model)
-        return None if p is None else p.cost(response)
+        if p is None:
+            return None
+        return (response.input_tokens * p.input + response.output_tokens * p.output
+                + response.cache_write_tokens * p.cache_write + response.cache_read_tokens * p.cache_read) / 1e6

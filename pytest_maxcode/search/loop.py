@@ -188,7 +188,7 @@ def search_target(
         reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
     import torch
 
-    from ..targets.dispatch import _arg_class, arg_key
+    from ..targets.dispatch import arg_class, arg_key
 
     workloads = []
     for f in captured:
@@ -199,7 +199,7 @@ def search_target(
             "signature": data["signature"],
             # what dispatch needs later: each set's key (for output shapes) and the layout
             "arg_keys": [arg_key(s) for s in data["sets"]],
-            "layout": [list(_arg_class(v)) for v in data["sets"][0]],
+            "layout": [list(arg_class(v)) for v in data["sets"][0]],
         })
     policy_name, _ = search_names(settings, has_llm=ctx.llm is not None)
     builtin = BuiltinPolicy(target, root, device, torch_compile=settings.torch_compile) if policy_name == "builtin" else None

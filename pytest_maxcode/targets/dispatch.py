@@ -129,10 +129,6 @@ def arg_class(v: Any) -> tuple:
     return (type(v).__name__,)
 
 
-#: the old private name, until search/loop.py imports ``arg_class``
-_arg_class = arg_class
-
-
 class NativeDispatcher:
     def __init__(self, handle: TargetHandle, entry: LockEntry, root: Path) -> None:
         self.handle = handle
