@@ -24,8 +24,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import git
-
+from .._extras import require
 from ..bot.compare import (
     ALPHA,
     DEFAULT_THRESHOLD,
@@ -55,6 +54,7 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
     runs = 1 if counting else runs
     if runs < 2 and not counting:
         raise MaxcodeError("bench-ab: --runs must be at least 2 (each process is one sample)")
+    git = require("git", "maxcode bench-ab")
     try:
         repo = git.Repo(repo_root, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -152,9 +152,7 @@ def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold
     Instruction counts are deterministic: the threshold alone decides them."""
     if timer == "instructions":
         return _judge_counts(base, head, threshold, thresholds, base_label, head_label)
-    from scipy.stats import (
-        ttest_ind,  # scipy loads in a second: imported when used, keeps start-up fast
-    )
+    ttest_ind = require("scipy.stats", "maxcode bench-ab").ttest_ind  # loads in a second: only when judging
 
     result = CompareResult(base_label, head_label, only_base=sorted(set(base) - set(head)), only_head=sorted(set(head) - set(base)))
     raw_p: list[float] = []
