@@ -498,14 +498,14 @@ class Oracle:
         return combined_blocks(blocks, self.config.min_speedup, device=self.device)
 
     def _needs_blocks(self, v: Verdict) -> bool:
-        """A timed, correct screening that is "faster" or not clearly slower is measured in
-        further blocks: its speedup is the one a search ranks, a report quotes and a pull request
-        claims. A candidate clearly slower (its interval's high end a factor ``DISAGREE`` under
-        the bar) keeps its one block: another would not change what is done with it."""
+        """A timed screening that is "faster", or too noisy to decide, is measured in further
+        blocks: its speedup is the one a search ranks, a report quotes and a pull request claims.
+        One that is decided "not faster" keeps its one block: more would not change what is done
+        with it, and most candidates of a search are such."""
         c = self.config
         if c.timer != "time" or c.blocks < 2 or not v.correct or not v.speedup_ci:
             return False
-        return v.status == "faster" or v.speedup_ci[1] >= c.min_speedup / DISAGREE
+        return v.status == "faster" or bool(v.diagnostics.get("undecided"))
 
     def _record(self, cand: CandidateSpec, v: Verdict) -> None:
         if self.store is None:
