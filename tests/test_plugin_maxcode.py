@@ -261,11 +261,17 @@ def test_killed_run_resumes_without_repeating_evaluations(tmp_path: Path) -> Non
     result = run(tmp_path, "--maxcode", "--maxcode-json=r.json")
     assert result.returncode == 0, result.stdout[-3000:]
     rows = sqlite3.connect(db).execute(
-        "SELECT candidate_hash, count(*) FROM evaluations WHERE target_id='mylib.fused' GROUP BY candidate_hash"
+        "SELECT candidate_hash, diagnostics FROM evaluations WHERE target_id='mylib.fused' ORDER BY id"
     ).fetchall()
-    assert len(rows) == 3 and all(n == 1 for _, n in rows)  # every candidate evaluated exactly once
+    # every candidate evaluated exactly once, except one whose stored verdict was too noisy to
+    # decide: that one is timed again by design (statistics.md, "Undecided")
+    seen: dict[str, list[bool]] = {}
+    for h, diagnostics in rows:
+        seen.setdefault(h, []).append(bool(json.loads(diagnostics).get("undecided")))
+    assert len(seen) == 3 and all(len(u) == 1 or all(u[:-1]) for u in seen.values()), seen
+    again = sum(len(u) - 1 for u in seen.values())
     t = next(t for t in json.loads((tmp_path / "r.json").read_text())["targets"] if t["id"] == "mylib.fused")
-    assert sum(e["resumed"] for e in t["trajectory"]) == first
+    assert sum(e["resumed"] for e in t["trajectory"]) == first - again
 
 
 def test_maxcode_apply_from_a_saved_report(applied, tmp_path: Path) -> None:

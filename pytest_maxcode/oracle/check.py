@@ -903,13 +903,17 @@ class Oracle:
         decide(v, sp, self.config.min_speedup, device=self.device, timer=self.config.timer)
 
 
-def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str) -> None:
-    """The timed verdict: faster only when the interval (and each half of the run) clears the bar."""
+def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str, width_rule: bool = True) -> None:
+    """The timed verdict: faster only when the interval (and each half of the run) clears the bar.
+
+    ``width_rule``: a within-run interval wider than UNDECIDED_WIDTH whose low end is just over
+    the bar is luck, not a speedup. Off for blocks: their prediction interval is wide by
+    construction (t with two degrees of freedom), and every block must clear the bar anyway."""
     v.speedup = round(sp.point, 4)
     v.speedup_ci = [round(sp.low, 4), round(sp.high, 4)]
     v.diagnostics["device"] = device
     v.diagnostics["timer"] = timer
-    if sp.faster(min_speedup) and sp.high / sp.low > UNDECIDED_WIDTH and sp.low < 1.5 * min_speedup:
+    if width_rule and sp.faster(min_speedup) and sp.high / sp.low > UNDECIDED_WIDTH and sp.low < 1.5 * min_speedup:
         # an interval this wide says the machine was too noisy: a low end just over the bar is luck
         v.status = "not_faster"
         v.diagnostics["undecided"] = True
@@ -981,7 +985,7 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str) -
     spread = sp.halves[1] / max(sp.halves[0], 1e-12)
     last.diagnostics["noise"] = {"blocks": len(blocks), "spread": round(spread, 4)}
     points = ", ".join(f"{b.speedup:.3g}x" for b in blocks)
-    decide(last, sp, min_speedup, device=device, timer="time")
+    decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
     if last.status == "faster" and spread > DISAGREE:
         last.status = "not_faster"
         last.diagnostics["undecided"] = True
