@@ -9,21 +9,33 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from . import options
-from .tables import parse_regressions
 from ._files import write_atomic
 from ._styles import STATUS_STYLE
 from ._version import __version__
 from .bench.ablation import OBSERVATIONS
 from .errors import MaxcodeError
 from .report import fmt_time
+from .tables import Regressions, parse_regressions
+
+if TYPE_CHECKING:
+    from .bot.compare import CompareResult
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, like every other usage error
         self.exit(2, f"maxcode: error: {message} (see 'maxcode {self.prog.split()[-1]} --help')\n")
+
+
+def _regression_arguments(p: argparse.ArgumentParser) -> None:
+    """The options ``compare`` and ``bench-ab`` share: the threshold, the outputs, the exit status."""
+    p.add_argument("--threshold", type=options.positive_float, metavar="F", help="slowdown that counts, as a fraction (0.1 = 10%%)")
+    p.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
+    p.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
+    p.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,11 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmp.add_argument("base", metavar="BASE")
     cmp.add_argument("head", metavar="HEAD")
-    cmp.add_argument("--threshold", type=options.positive_float, metavar="F", help="slowdown that counts, as a fraction (0.1 = 10%%)")
-    cmp.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
-    cmp.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
-    cmp.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
-    cmp.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
+    _regression_arguments(cmp)
     ab = sub.add_parser(
         "bench-ab",
         help="regressions measured base and head alternately: short benchmark runs of each, one sample per process",
@@ -133,11 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="after --: what pytest runs (e.g. -- tests/bench -k matmul)")
     ab.add_argument("--runs", type=options.positive_int, metavar="N", help="processes per side (default 5)")
     ab.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
-    ab.add_argument("--threshold", type=options.positive_float, metavar="F", help="slowdown that counts, as a fraction (0.1 = 10%%)")
-    ab.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
-    ab.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
-    ab.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
-    ab.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
+    _regression_arguments(ab)
     pr = sub.add_parser(
         "pr",
         help="open or update one pull request per verified target of a report",
@@ -257,7 +261,6 @@ def cmd_status(ns: argparse.Namespace) -> int:
     else:
         from rich.console import Console
         from rich.table import Table
-
         from rich.text import Text
 
         table = Table(title=str(lock))
@@ -662,19 +665,22 @@ def cmd_ablate(ns: argparse.Namespace) -> int:
     return 0 if all("best_speedup" in r for r in summary["rows"]) else 1
 
 
-def cmd_compare(ns: argparse.Namespace) -> int:
-    from .bot import compare as cmp
-
+def _regressions_table(ns: argparse.Namespace) -> Regressions:
+    """``[tool.maxcode.regressions]`` (of ``--profile`` when given), parsed; one line if bad."""
     table = None
     pyproject = Path.cwd() / "pyproject.toml"
-    if pyproject.is_file() or ns.profile is not None:
-        try:
+    try:
+        if pyproject.is_file() or ns.profile is not None:
             table = options.load_settings({"profile": ns.profile}, pyproject).regressions
-        except ValueError as e:
-            raise MaxcodeError(str(e)) from None
-    default, per = cmp.thresholds_from(table)
-    result = cmp.compare(cmp.load_timings(Path(ns.base)), cmp.load_timings(Path(ns.head)),
-                         threshold=ns.threshold or default, thresholds=per, base_label=ns.base, head_label=ns.head)
+        return parse_regressions(table)
+    except ValueError as e:
+        raise MaxcodeError(str(e)) from None
+
+
+def _emit_comparison(ns: argparse.Namespace, result: CompareResult) -> int:
+    """The markdown table on stdout (and in --markdown), the JSON in --json; the exit status."""
+    from .bot import compare as cmp
+
     text = cmp.markdown(result)
     if ns.markdown:
         write_atomic(Path(ns.markdown), text)
@@ -684,21 +690,19 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 1 if ns.fail_on_regression and result.regressions else 0
 
 
-def cmd_bench_ab(ns: argparse.Namespace) -> int:
-    from .bench import ab
+def cmd_compare(ns: argparse.Namespace) -> int:
     from .bot import compare as cmp
 
-    pyproject = Path.cwd() / "pyproject.toml"
-    table = None
-    if pyproject.is_file() or ns.profile is not None:
-        try:
-            table = options.load_settings({"profile": ns.profile}, pyproject).regressions
-        except ValueError as e:
-            raise MaxcodeError(str(e)) from None
-    try:
-        reg = parse_regressions(table)
-    except ValueError as e:
-        raise MaxcodeError(str(e)) from None
+    reg = _regressions_table(ns)
+    result = cmp.compare(cmp.load_timings(Path(ns.base)), cmp.load_timings(Path(ns.head)),
+                         threshold=ns.threshold or reg.threshold, thresholds=reg.thresholds, base_label=ns.base, head_label=ns.head)
+    return _emit_comparison(ns, result)
+
+
+def cmd_bench_ab(ns: argparse.Namespace) -> int:
+    from .bench import ab
+
+    reg = _regressions_table(ns)
     timer = ns.timer or reg.timer
     repo = _git_root(Path.cwd())
     console = _console()
@@ -707,13 +711,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
                                 progress=(lambda msg: console.log(msg)) if console else None)
     result = ab.judge(base, head, threshold=ns.threshold or reg.threshold, thresholds=reg.thresholds,
                       base_label=ns.base, head_label=ns.head, timer=timer)
-    text = cmp.markdown(result)
-    if ns.markdown:
-        write_atomic(Path(ns.markdown), text)
-    if ns.json:
-        write_atomic(Path(ns.json), json.dumps(result.to_json(), indent=2) + "\n")
-    print(text, end="")
-    return 1 if ns.fail_on_regression and result.regressions else 0
+    return _emit_comparison(ns, result)
 
 
 def _git_root(where: Path) -> Path:
