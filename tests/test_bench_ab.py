@@ -114,7 +114,7 @@ def test_instruction_mode_flags_the_20_percent_and_never_the_unchanged(repo: Pat
 
 
 def test_the_command_line_runs_in_the_project_folder_and_fails_on_a_regression(repo: Path) -> None:
-    r = run_maxcode(["bench-ab", "base", "head", "--runs", "2", "--fail-on-regression", "--", *ARGS], cwd=repo / "proj")
+    r = run_maxcode(["bench-ab", "base", "head", "--runs", "4", "--fail-on-regression", "--", *ARGS], cwd=repo / "proj")
     assert r.returncode == 1, r.stderr[-2000:]
     assert "| `test_bench.py::test_doubled` |" in r.stdout and "🔴 slower" in r.stdout
     assert "each process's fastest round one sample" in r.stdout
