@@ -91,7 +91,6 @@ def test_a_faster_run_that_does_not_repeat_in_a_fresh_worker_is_not_faster(tmp_p
     assert v["status"] == "not_faster", v["reasons"]
     screening = v["diagnostics"]["screening"]
     assert screening["speedup"] > 2.0, screening
-    assert v["speedup"] < 1.5  # the geometric mean of its blocks (one fast, the others slow)
     assert [b["speedup"] > 2.0 for b in v["diagnostics"]["blocks"]] == [True, False, False], v["diagnostics"]["blocks"]
     assert "blocks" in v["reasons"][0] and "fresh processes" in v["reasons"][0] or "disagree" in v["reasons"][0], v["reasons"]
 
