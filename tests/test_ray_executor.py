@@ -105,6 +105,9 @@ def test_the_pool_gives_the_local_oracles_statuses(cluster: Any, module_project:
     assert [v.candidate for v in got] == [str(c.path) for c in cands]
     statuses = {n: s for n, (s, _phrase) in EXPECTED.items()}
     statuses.update({"good.cpp": set(CORRECT), "env_secrets.cpp": set(CORRECT), "broken.cpp": {"compile_error"}})
+    # the flooder writes 8 MB a call, the range sets' calls included: under this test's 3 s limit
+    # it can run out of time before its output is counted; either way it is not accepted
+    statuses["flood_stdout.cpp"] = {"rejected", "timeout"}
     for name, want, v in zip(names, expected, got):
         allowed = statuses[Path(name).name]
         assert v.status == want.status or {v.status, want.status} <= allowed, (name, want.status, v.status, v.reasons)
