@@ -89,6 +89,13 @@ def evaluations(db: Path, target: str) -> int:
         return 0
 
 
+def _ctrl_c_reaches_it() -> None:
+    """The run under test takes Ctrl-C as a terminal delivers it, even when this suite was
+    started where SIGINT is ignored (``nohup``, or ``&`` without job control), which a child
+    would otherwise inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(mylib=LIB, test_lib=TESTS)
     (pytester.path / "pyproject.toml").write_text(PYPROJECT)
@@ -98,7 +105,7 @@ def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--maxcode"]
     # a session of its own, so the signal goes to the run's process group as a terminal's Ctrl-C does
     proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_ctrl_c_reaches_it)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
     reader.start()
@@ -160,7 +167,7 @@ def test_ctrl_c_with_a_model_request_in_flight_stops_in_seconds(pytester: pytest
     env = dict(os.environ, OPENAI_API_KEY="unused")
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--maxcode", llm, "--maxcode-target=mylib.slow"]
     proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env=env)
+                            start_new_session=True, env=env, preexec_fn=_ctrl_c_reaches_it)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
     reader.start()
