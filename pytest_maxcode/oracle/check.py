@@ -986,7 +986,9 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str) -
     last.diagnostics["noise"] = {"blocks": len(blocks), "spread": round(spread, 4)}
     points = ", ".join(f"{b.speedup:.3g}x" for b in blocks)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
-    if last.status == "faster" and spread > DISAGREE:
+    if last.status == "faster" and spread > DISAGREE and sp.low < 1.5 * min_speedup:
+        # blocks far apart whose interval reaches down near the bar: which one is the kernel?
+        # (far above it, every block clears the bar and the wide interval says the rest)
         last.status = "not_faster"
         last.diagnostics["undecided"] = True
         last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but its {len(blocks)} blocks disagree "
