@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_first_hour import LIB, TESTS  # the same small project as the first-hour tests
 
 from pytest_maxcode import options, tables
 from pytest_maxcode.options import Settings, load_settings
@@ -212,36 +213,6 @@ def test_the_stage_vocabulary_is_the_techniques() -> None:
 
 
 # -- the front ends' errors (a project run in a subprocess, as a user runs it) ----------------------
-
-LIB = '''
-import pytest_maxcode as maxcode
-
-
-@maxcode.optimize(lang="cpp")
-def double(x):
-    return x * 2.0
-
-
-@maxcode.optimize(lang="cpp")
-def shift(x):
-    return x + 1.0
-'''
-
-TESTS = '''
-import torch
-
-from mylib import double, shift
-
-
-def test_double():
-    x = torch.randn(64, 64)
-    torch.testing.assert_close(double(x), x * 2.0)
-
-
-def test_shift():
-    x = torch.randn(64, 64)
-    torch.testing.assert_close(shift(x), x + 1.0)
-'''
 
 
 def _project(pytester: pytest.Pytester, profiles: str) -> None:
