@@ -332,7 +332,7 @@ class MaxcodeSession:
     def _keep_cut_batch(self, store: Any, run_id: int) -> None:
         """The evaluations of the batch Ctrl-C cut short become nodes (without a parent), so
         ``maxcode show`` lists every finished evaluation of an interrupted run."""
-        from .oracle.verdict import Verdict
+        from .model.verdict import Verdict
         from .search.reward import reward
 
         steps: dict[str, int] = {}

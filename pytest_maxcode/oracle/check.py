@@ -42,7 +42,7 @@ from .protocol import ProtocolError
 from .reference import ReferenceSpec
 from .remote import _maxcode_ranges as ranges
 from .remote import _maxcode_shm as shm
-from .verdict import UNDECIDED_WIDTH, Verdict, undecided
+from ..model.verdict import UNDECIDED_WIDTH, Verdict, undecided
 
 NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 GiB = 1 << 30

@@ -41,7 +41,7 @@ from . import stats
 from .check import CandidateSpec, CheckConfig, confirmed, decide, sandbox_warning, second_measurement
 from ..sandbox.isolation import Limits, resolve
 from ..sandbox.env import scrubbed_env
-from .verdict import Verdict
+from ..model.verdict import Verdict
 
 MiB = 1 << 20
 

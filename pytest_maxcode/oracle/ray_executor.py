@@ -55,7 +55,7 @@ from .._extras import missing_message, require
 from ..errors import MaxcodeError
 from .check import VALGRIND_SLOWDOWN, CandidateSpec, CheckConfig, Oracle, Workload
 from .reference import ReferenceSpec
-from .verdict import Verdict
+from ..model.verdict import Verdict
 
 RAY_MISSING = missing_message("ray", "--maxcode-executor=ray")
 #: seconds the pool's actors may take to be placed on the cluster (started, not yet prepared)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .check import CandidateSpec, CheckConfig, Oracle
 from .reference import ReferenceSpec
-from .verdict import Verdict
+from ..model.verdict import Verdict
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from ..oracle.verdict import undecided
+from ..model.verdict import undecided
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "target",

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import MaxcodeError
 from ..oracle.check import CheckConfig, Oracle
-from ..oracle.verdict import Verdict
+from ..model.verdict import Verdict
 from ..search.policy import materialize
 from ..search.prompts import parse_reply
 from ..search.reward import reward as search_reward

@@ -7,7 +7,7 @@ failures: nothing in it should be built upon.
 
 from __future__ import annotations
 
-from ..oracle.verdict import Verdict
+from ..model.verdict import Verdict
 
 TIERS: dict[str, float] = {
     "format": -1.0,
