@@ -15,6 +15,7 @@ each test)::
         fake_github.fail(500, times=2)                  # the next two requests get 500
         fake_github.fail(403)                           # primary rate limit (X-RateLimit-Remaining: 0)
         fake_github.fail(500, match="POST /repos/acme/mylib/issues")  # only matching requests
+        fake_github.hang(30, times=2)                   # the next two requests get no answer for 30 s
         ... fake_github.requests   # every request received: method, path, query, json, headers, status
         ... fake_github.pulls      # number -> stored pull request (flat dict, see FakeGitHub.add_pull)
         ... fake_github.comments   # id -> stored issue comment (with "issue_number")
@@ -153,6 +154,7 @@ class FakeGitHub:
         return self
 
     def stop(self) -> None:
+        self._release.set()
         if self.server.is_running():
             self.server.stop()
 
@@ -186,6 +188,10 @@ class FakeGitHub:
             self._pull_ids = itertools.count(5_000_001)
             self._issue_ids = itertools.count(7_000_001)
             self._failures: list[_Failure] = []
+            if hasattr(self, "_release"):
+                self._release.set()  # requests still hanging from the last test answer now
+            self._release = threading.Event()
+            self._hangs: list[_Failure] = []
             self._used = 0
             self.server.clear_log()
 
@@ -239,6 +245,27 @@ class FakeGitHub:
         with self._lock:
             self._failures.append(_Failure(status, times, message, h, body, match))
         return self
+
+    def hang(self, seconds: float, times: int = 1, *, match: str | None = None) -> FakeGitHub:
+        """The next ``times`` requests (those whose ``"METHOD /path"`` matches ``match``, when given)
+        get no answer for ``seconds`` (a hung API; ``reset`` ends the wait early), then are
+        answered as usual."""
+        with self._lock:
+            self._hangs.append(_Failure(0, times, None, {}, None, match))
+            self._hang_seconds = seconds
+        return self
+
+    def _maybe_hang(self, request: Request) -> None:
+        with self._lock:
+            path = request.path.rstrip("/") or "/"
+            rule = next((h for h in self._hangs if h.applies(request.method, path)), None)
+            if rule is None:
+                return
+            rule.times -= 1
+            if rule.times <= 0:
+                self._hangs.remove(rule)
+            release, seconds = self._release, self._hang_seconds
+        release.wait(seconds)
 
     def push_branch(self, name: str, sha: str | None = None) -> str:
         """A branch now exists (added to ``known_branches`` when that is a set) with head ``sha``;
@@ -307,6 +334,7 @@ class FakeGitHub:
     # -- the server side ------------------------------------------------------------------
 
     def _handle(self, request: Request) -> Response:
+        self._maybe_hang(request)
         raw = request.get_data(as_text=True)
         try:
             body: Any = json.loads(raw) if raw.strip() else None
