@@ -4,6 +4,10 @@ Standalone on purpose: the sandboxed worker loads this file by path (it imports
 nothing from the package), and the runtime dispatcher imports it as
 ``pytest_maxcode.native.abi``: one marshalling for the oracle and for user code. Only the standard library and torch.
 
+Two implementations of one call: the compiled helper (``callpath.cpp``, built by trusted
+code in ``callpath.py`` and handed in with :func:`use_helper`) and, where it is not
+available, ``struct`` packing plus ``ctypes``. Both describe the same tensors the same way.
+
     extern "C" int maxcode_run(const DLTensor* inputs, int32_t n_inputs,
                                DLTensor* outputs, int32_t n_outputs, void* stream);
 """
@@ -11,8 +15,11 @@ nothing from the package), and the runtime dispatcher imports it as
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
+import importlib.util
 import struct
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 ENTRY_POINT = "maxcode_run"
 
@@ -132,7 +139,7 @@ class TensorArray:
     dispatched call, and ctypes structs cost tens of microseconds where this costs a few.
     """
 
-    __slots__ = ("buffer", "address", "count", "_keep")
+    __slots__ = ("_keep", "address", "buffer", "count")
 
     def __init__(self, tensors: Sequence[Any]) -> None:
         n = len(tensors)
@@ -169,6 +176,10 @@ class TensorArray:
         return (DLTensor * max(self.count, 1)).from_buffer(self.buffer)
 
 
+_RUN_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32,
+                             ctypes.c_void_p)
+
+
 class NativeKernel:
     """A built candidate loaded with ctypes (RTLD_LOCAL, so two candidates never clash)."""
 
@@ -185,6 +196,18 @@ class NativeKernel:
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
         self.fn = fn
+        #: the entry point's address, which the compiled call path calls
+        self.address: int = ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+    @classmethod
+    def at_address(cls, address: int) -> NativeKernel:
+        """A ``maxcode_run`` already in this process (the helper's no-op, for measuring the path)."""
+        kernel = cls.__new__(cls)
+        kernel.path = ""
+        kernel.lib = None
+        kernel.fn = _RUN_TYPE(address)
+        kernel.address = address
+        return kernel
 
     def run(self, inputs: TensorArray, outputs: TensorArray, stream: int | None = None) -> int:
         return self.fn(inputs.address, inputs.count, outputs.address, outputs.count, stream)
@@ -196,6 +219,33 @@ class KernelError(RuntimeError):
     def __init__(self, rc: int) -> None:
         super().__init__(f"maxcode_run returned {rc}")
         self.rc = rc
+
+
+_HELPER: list[Any] = []  # the compiled call path, once use_helper has loaded it
+
+
+def use_helper(path: str) -> Any:
+    """Load the compiled call path from ``path`` (a sealed copy the trusted side verified);
+    from then on :func:`call_native` and :func:`call_into` go through it. Raises ImportError
+    or OSError when it does not load (the ctypes path then stays)."""
+    if _HELPER:
+        return _HELPER[0]
+    import torch  # noqa: F401 - the helper links against torch's libraries, loaded with it
+
+    loader = importlib.machinery.ExtensionFileLoader("_maxcode_call", path)
+    spec = importlib.util.spec_from_file_location("_maxcode_call", path, loader=loader)
+    if spec is None:
+        raise ImportError(f"cannot load the call-path helper from {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    module.set_abi_error(AbiError)
+    _HELPER.append(module)
+    return module
+
+
+def helper() -> Any:
+    """The compiled call path, or None (ctypes then)."""
+    return _HELPER[0] if _HELPER else None
 
 
 def call_native(
@@ -210,7 +260,38 @@ def call_native(
 
     The runtime dispatcher calls this, and the oracle times this same function, so a
     reported speedup includes allocation and marshalling, not just the kernel.
+    ``out_meta``: (shape, torch.dtype) tuples.
     """
+    if _HELPER:
+        outs = _HELPER[0].run(kernel.address, args, extras, out_meta, device, stream)
+        if outs.__class__ is int:
+            raise KernelError(outs)
+        return outs
+    return call_native_ctypes(kernel, args, extras, out_meta, device, stream)
+
+
+def call_into(kernel: NativeKernel, args: Sequence[Any], extras: Sequence[Any], outs: Sequence[Any],
+              alloc_meta: Sequence[tuple[Any, Any]] | None, device: Any, stream: int | None = None) -> int:
+    """A call that writes into ``outs``; ``alloc_meta``'s tensors are allocated and dropped
+    first, so it costs what :func:`call_native` costs. Returns the kernel's code."""
+    if _HELPER:
+        return _HELPER[0].run_into(kernel.address, args, extras, outs, alloc_meta, device, stream)
+    import torch
+
+    for shape, dtype in alloc_meta or ():
+        torch.empty(shape, dtype=dtype, device=device)
+    return kernel.run(TensorArray(as_abi_tensors(args, device) + list(extras)), TensorArray(outs), stream)
+
+
+def call_native_ctypes(
+    kernel: NativeKernel,
+    args: Sequence[Any],
+    extras: Sequence[Any],
+    out_meta: Sequence[tuple[Any, Any]],
+    device: Any,
+    stream: int | None = None,
+) -> list[Any]:
+    """:func:`call_native` through ``struct`` and ``ctypes``: where the helper is not built."""
     import torch
 
     outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in out_meta]

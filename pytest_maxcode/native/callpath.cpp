@@ -1,0 +1,315 @@
+// The compiled call path of the native ABI (DESIGN.md section 4): allocate the outputs,
+// describe every tensor as a DLTensor and call maxcode_run, in one C call from Python.
+//
+// It does what abi.py's ctypes path does (struct packing, ctypes) at a fraction of the
+// cost: the descriptors live on the stack, outputs come from at::empty, and the Python
+// side makes one METH_FASTCALL call. Built once per torch version by trusted code
+// (native/callpath.py) and loaded from a sealed copy of its verified bytes; candidates
+// never build or choose it.
+#include <Python.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <c10/util/SmallVector.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace {
+
+// DLPack's descriptor, laid out as dlpack.h and abi.py's DLTensor have it.
+struct DLDevice { int32_t device_type; int32_t device_id; };
+struct DLDataType { uint8_t code; uint8_t bits; uint16_t lanes; };
+struct DLTensor {
+  void* data; DLDevice device; int32_t ndim; DLDataType dtype;
+  int64_t* shape; int64_t* strides; uint64_t byte_offset;
+};
+static_assert(sizeof(DLTensor) == 48, "DLTensor must match DLPack's layout");
+
+using RunFn = int (*)(const DLTensor*, int32_t, DLTensor*, int32_t, void*);
+
+PyObject* abi_error = PyExc_TypeError;  // abi.py's AbiError, once it is set
+
+bool dl_dtype(at::ScalarType t, DLDataType* out) {
+  uint8_t code, bits;
+  switch (t) {
+    case at::kHalf: code = 2; bits = 16; break;
+    case at::kFloat: code = 2; bits = 32; break;
+    case at::kDouble: code = 2; bits = 64; break;
+    case at::kBFloat16: code = 4; bits = 16; break;
+    case at::kChar: code = 0; bits = 8; break;
+    case at::kShort: code = 0; bits = 16; break;
+    case at::kInt: code = 0; bits = 32; break;
+    case at::kLong: code = 0; bits = 64; break;
+    case at::kByte: code = 1; bits = 8; break;
+    case at::kUInt16: code = 1; bits = 16; break;
+    case at::kUInt32: code = 1; bits = 32; break;
+    case at::kUInt64: code = 1; bits = 64; break;
+    case at::kBool: code = 6; bits = 8; break;
+    case at::kComplexFloat: code = 5; bits = 64; break;
+    case at::kComplexDouble: code = 5; bits = 128; break;
+    default: return false;
+  }
+  *out = DLDataType{code, bits, 1};
+  return true;
+}
+
+// Descriptors for up to a few tensors without touching the heap.
+struct Descriptors {
+  c10::SmallVector<DLTensor, 8> tensors;
+  c10::SmallVector<int64_t, 64> dims;   // every tensor's shape then strides
+  c10::SmallVector<at::Tensor, 4> keep; // 0-d tensors made from Python scalars
+
+  // False (a Python error set) when ``t`` cannot be described.
+  bool add(const at::Tensor& t, size_t index) {
+    DLTensor d{};
+    if (!dl_dtype(t.scalar_type(), &d.dtype)) {
+      PyErr_Format(abi_error, "dtype %s has no DLPack code that maxcode_run accepts",
+                   (std::string("torch.") + c10::toString(t.scalar_type())).c_str());
+      return false;
+    }
+    auto dev = t.device();
+    if (dev.is_cuda()) {
+      d.device = DLDevice{2, dev.index()};
+    } else if (dev.is_cpu()) {
+      d.device = DLDevice{1, 0};
+    } else {
+      PyErr_Format(abi_error, "tensor %zu is on %s; maxcode_run takes cpu or cuda tensors", index, dev.str().c_str());
+      return false;
+    }
+    d.data = t.data_ptr();
+    d.ndim = static_cast<int32_t>(t.dim());
+    tensors.push_back(d);
+    auto sizes = t.sizes();
+    auto strides = t.strides();
+    dims.append(sizes.begin(), sizes.end());
+    dims.append(strides.begin(), strides.end());
+    return true;
+  }
+
+  // Shape and stride pointers, once ``dims`` no longer moves.
+  DLTensor* finish() {
+    int64_t* at_dims = dims.data();
+    for (auto& d : tensors) {
+      if (d.ndim) {
+        d.shape = at_dims;
+        d.strides = at_dims + d.ndim;
+        at_dims += 2 * d.ndim;
+      }
+    }
+    return tensors.data();
+  }
+};
+
+// Arguments as abi.as_abi_tensors maps them: tensors, or int/float/bool as 0-d tensors.
+bool add_values(Descriptors& desc, PyObject* seq, size_t& index, const at::Device& device) {
+  PyObject* fast = PySequence_Fast(seq, "the arguments must be a sequence");
+  if (!fast) return false;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  PyObject** items = PySequence_Fast_ITEMS(fast);
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < n; ++i, ++index) {
+    PyObject* v = items[i];
+    if (THPVariable_Check(v)) {
+      ok = desc.add(THPVariable_Unpack(v), index);
+      continue;
+    }
+    at::Tensor t;
+    auto opts = at::TensorOptions().device(device);
+    if (PyBool_Check(v)) {
+      t = at::scalar_tensor(v == Py_True, opts.dtype(at::kBool));
+    } else if (PyLong_Check(v)) {
+      long long x = PyLong_AsLongLong(v);
+      if (x == -1 && PyErr_Occurred()) { ok = false; break; }
+      t = at::scalar_tensor(static_cast<int64_t>(x), opts.dtype(at::kLong));
+    } else if (PyFloat_Check(v)) {
+      t = at::scalar_tensor(PyFloat_AS_DOUBLE(v), opts.dtype(at::kDouble));
+    } else {
+      PyErr_Format(abi_error,
+                   "argument %zu is a %s; the native ABI carries tensors and int/float/bool scalars only "
+                   "(use a compat candidate for other arguments)", index, Py_TYPE(v)->tp_name);
+      ok = false;
+      break;
+    }
+    desc.keep.push_back(t);
+    ok = desc.add(t, index);
+  }
+  Py_DECREF(fast);
+  return ok;
+}
+
+bool parse_device(PyObject* obj, at::Device* out) {
+  if (obj == Py_None) {
+    *out = at::Device(at::kCPU);
+  } else if (THPDevice_Check(obj)) {
+    *out = reinterpret_cast<THPDevice*>(obj)->device;
+  } else if (PyUnicode_Check(obj)) {
+    const char* s = PyUnicode_AsUTF8(obj);
+    if (!s) return false;
+    *out = at::Device(std::string(s));
+  } else {
+    PyErr_SetString(PyExc_TypeError, "device must be a torch.device, a string or None");
+    return false;
+  }
+  return true;
+}
+
+// Allocate one tensor per (shape, dtype) in ``meta``.
+bool allocate(PyObject* meta, const at::Device& device, c10::SmallVector<at::Tensor, 4>& outs) {
+  PyObject* fast = PySequence_Fast(meta, "the output metadata must be a sequence of (shape, dtype)");
+  if (!fast) return false;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  PyObject** items = PySequence_Fast_ITEMS(fast);
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < n; ++i) {
+    PyObject* pair = items[i];
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !THPDtype_Check(PyTuple_GET_ITEM(pair, 1))) {
+      PyErr_SetString(PyExc_TypeError, "each output is a (shape, torch.dtype) tuple");
+      ok = false;
+      break;
+    }
+    PyObject* shape = PySequence_Fast(PyTuple_GET_ITEM(pair, 0), "an output shape must be a sequence");
+    if (!shape) { ok = false; break; }
+    c10::SmallVector<int64_t, 8> dims;
+    Py_ssize_t nd = PySequence_Fast_GET_SIZE(shape);
+    for (Py_ssize_t k = 0; k < nd; ++k) {
+      long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shape, k));
+      if (x == -1 && PyErr_Occurred()) { ok = false; break; }
+      dims.push_back(x);
+    }
+    Py_DECREF(shape);
+    if (!ok) break;
+    auto dtype = reinterpret_cast<THPDtype*>(PyTuple_GET_ITEM(pair, 1))->scalar_type;
+    outs.push_back(at::empty(dims, at::TensorOptions().dtype(dtype).device(device)));
+  }
+  Py_DECREF(fast);
+  return ok;
+}
+
+void* as_pointer(PyObject* obj) {
+  if (obj == Py_None) return nullptr;
+  return PyLong_AsVoidPtr(obj);
+}
+
+// The call itself, without the GIL (as ctypes releases it): a long kernel does not stop other threads.
+int call(void* fn, Descriptors& in, Descriptors& out, void* stream) {
+  DLTensor* ins = in.finish();
+  DLTensor* outs = out.finish();
+  int32_t n_in = static_cast<int32_t>(in.tensors.size());
+  int32_t n_out = static_cast<int32_t>(out.tensors.size());
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = reinterpret_cast<RunFn>(fn)(ins, n_in, outs, n_out, stream);
+  Py_END_ALLOW_THREADS
+  return rc;
+}
+
+// run(fn, args, extras, out_meta, device, stream) -> list of outputs, or the kernel's non-zero int
+PyObject* run(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 6) {
+    PyErr_SetString(PyExc_TypeError, "run(fn, args, extras, out_meta, device, stream)");
+    return nullptr;
+  }
+  try {
+    void* fn = as_pointer(a[0]);
+    void* stream = as_pointer(a[5]);
+    if (PyErr_Occurred()) return nullptr;
+    at::Device device(at::kCPU);
+    if (!parse_device(a[4], &device)) return nullptr;
+    Descriptors in, out;
+    size_t index = 0;
+    if (!add_values(in, a[1], index, device) || !add_values(in, a[2], index, device)) return nullptr;
+    c10::SmallVector<at::Tensor, 4> outs;
+    if (!allocate(a[3], device, outs)) return nullptr;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!out.add(outs[i], i)) return nullptr;
+    }
+    int rc = call(fn, in, out, stream);
+    if (rc != 0) return PyLong_FromLong(rc);
+    PyObject* list = PyList_New(static_cast<Py_ssize_t>(outs.size()));
+    if (!list) return nullptr;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      PyObject* t = THPVariable_Wrap(std::move(outs[i]));
+      if (!t) { Py_DECREF(list); return nullptr; }
+      PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), t);
+    }
+    return list;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+// run_into(fn, args, extras, outs, alloc_meta, device, stream) -> the kernel's int
+// Writes into ``outs``; ``alloc_meta`` (or None) is allocated and dropped first, so a call
+// that writes into given buffers pays what the dispatcher's allocation costs.
+PyObject* run_into(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  if (n != 7) {
+    PyErr_SetString(PyExc_TypeError, "run_into(fn, args, extras, outs, alloc_meta, device, stream)");
+    return nullptr;
+  }
+  try {
+    void* fn = as_pointer(a[0]);
+    void* stream = as_pointer(a[6]);
+    if (PyErr_Occurred()) return nullptr;
+    at::Device device(at::kCPU);
+    if (!parse_device(a[5], &device)) return nullptr;
+    if (a[4] != Py_None) {
+      c10::SmallVector<at::Tensor, 4> dropped;
+      if (!allocate(a[4], device, dropped)) return nullptr;
+    }
+    Descriptors in, out;
+    size_t index = 0;
+    if (!add_values(in, a[1], index, device) || !add_values(in, a[2], index, device)) return nullptr;
+    size_t out_index = 0;
+    if (!add_values(out, a[3], out_index, device)) return nullptr;
+    return PyLong_FromLong(call(fn, in, out, stream));
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+PyObject* set_abi_error(PyObject*, PyObject* cls) {
+  if (!PyExceptionClass_Check(cls)) {
+    PyErr_SetString(PyExc_TypeError, "an exception class");
+    return nullptr;
+  }
+  Py_INCREF(cls);
+  abi_error = cls;
+  Py_RETURN_NONE;
+}
+
+}  // namespace
+
+// A kernel that does nothing: what the trusted side times to measure the call path alone.
+extern "C" int maxcode_noop(const DLTensor*, int32_t, DLTensor*, int32_t, void*) { return 0; }
+
+namespace {
+
+PyObject* noop_address(PyObject*, PyObject*) {
+  return PyLong_FromVoidPtr(reinterpret_cast<void*>(&maxcode_noop));
+}
+
+PyMethodDef methods[] = {
+    {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
+     "run(fn, args, extras, out_meta, device, stream): allocate, describe, call; outputs or the non-zero code"},
+    {"run_into", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_into)), METH_FASTCALL,
+     "run_into(fn, args, extras, outs, alloc_meta, device, stream): call writing into outs; the code"},
+    {"set_abi_error", set_abi_error, METH_O, "the exception raised for arguments the ABI cannot carry"},
+    {"noop_address", noop_address, METH_NOARGS, "the address of a maxcode_run that does nothing"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_maxcode_call", "The native ABI's compiled call path.", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__maxcode_call() { return PyModule_Create(&module); }
