@@ -5,8 +5,16 @@ passed with the kernel), not for weak-check or unverified ones, nor for range-li
 unless the target accepts them (``accept_range_limited``): the kernel is applied to a
 fresh worktree of the base branch (the user's checkout is never touched), committed as the
 bot, force-pushed to ``maxcode/optimize-<target>`` (the only branches it writes), and the
-pull request for that branch is opened, or updated when one is open. A pull request a human
-closed without merging is respected: the same kernel (by hash) is not proposed again.
+pull request for that branch is opened, or updated when one is open.
+
+Across runs it remembers two things, both read from the repository itself:
+
+- what reviewers said (:mod:`.memory`): a PR closed without merging holds the target back
+  until its reference changes or a kernel is clearly faster than the rejected one; the label
+  ``maxcode:never`` holds it back for good;
+- what was merged: the base branch's ``maxcode.lock``. A kernel accepted there is the
+  baseline: a new one is proposed only when its interval's low end beats the accepted speedup
+  by ``replace_margin`` (default 1.10), and the PR says that it replaces it.
 """
 
 from __future__ import annotations
@@ -15,19 +23,21 @@ import hashlib
 import re
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._extras import require
 from ..apply import apply_target, is_program, range_held, written_paths
 from ..errors import MaxcodeError
-from ..targets.accept import EXTENSIONS
-from ..targets.lock import KERNELS_DIR
-from . import pr_body
-from .github import client, error, pygithub, scrub
+from ..targets.accept import EXTENSIONS, reference_hash_in_file
+from ..targets.lock import KERNELS_DIR, LOCK_NAME, LockEntry, parse_lock
+from . import memory, pr_body
+from .github import DEFAULT_MAX_WAIT, GitHubUnavailable, client, error, pygithub, scrub
 
 BRANCH_PREFIX = "maxcode/optimize-"
 DEFAULT_AUTHOR = "maxcode-bot <maxcode-bot@users.noreply.github.com>"
+#: a kernel replaces the accepted one only when its interval's low end is this many times its speedup
+DEFAULT_REPLACE_MARGIN = 1.10
 
 
 @dataclass
@@ -78,11 +88,26 @@ def _kernel(t: dict[str, Any], root: Path) -> tuple[str, str]:
     return source, hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
+def below_accepted(nums: pr_body.Numbers, accepted: pr_body.Accepted, margin: float) -> str | None:
+    """Why a kernel does not replace the accepted one (None: it does): its interval's low end must
+    reach ``margin`` times the accepted speedup, both measured against the original."""
+    bar = accepted.speedup * margin
+    if nums.low >= bar:
+        return None
+    return (f"not clearly faster than the kernel accepted on the base branch ({accepted.speedup:.3g}x): this one's interval "
+            f"starts at {nums.low:.3g}x, below {bar:.3g}x ({margin:g} times the accepted one)")
+
+
 class Bot:
     def __init__(self, root: Path, report: dict[str, Any], *, repo_name: str, base: str | None, remote: str = "origin",
                  author: str = DEFAULT_AUTHOR, draft: bool = False, labels: tuple[str, ...] = (), dry_run: bool = False,
-                 api_url: str | None = None) -> None:
-        """Many parameters because they are ``maxcode pr``'s options, keyword-only, as the command passes them."""
+                 api_url: str | None = None, max_wait: float = DEFAULT_MAX_WAIT, timeout: float | None = None,
+                 reject_margin: float = memory.DEFAULT_REJECT_MARGIN,
+                 replace_margin: float = DEFAULT_REPLACE_MARGIN) -> None:
+        """Many parameters because they are ``maxcode pr``'s options, keyword-only, as the command passes
+        them. ``max_wait``: the longest rate-limit wait sat out (seconds); ``timeout``: seconds per API
+        request; ``reject_margin`` / ``replace_margin``: how much faster than a rejected / accepted kernel
+        a new one must be (its interval's low end over their speedup)."""
         self.root = root
         self.report = report
         self.repo_name = repo_name
@@ -93,8 +118,14 @@ class Bot:
         self.labels = labels
         self.dry_run = dry_run
         self.api_url = api_url
+        self.max_wait = max_wait
+        self.timeout = timeout
+        self.reject_margin = reject_margin
+        self.replace_margin = replace_margin
         self.gh: Any = None
         self.token = ""
+        self.suppressed: list[memory.Suppression] = []
+        self._fetched = False
 
     # -- git --------------------------------------------------------------------------------
 
@@ -106,20 +137,89 @@ class Bot:
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise MaxcodeError(f"{self.root} is not in a git repository; run maxcode pr in the project's checkout") from None
 
+    def project_dir(self) -> str:
+        """The project's folder relative to the repository's root, '.' at the root."""
+        top = Path(self._git().working_tree_dir).resolve()
+        return self.root.resolve().relative_to(top).as_posix()
+
+    def _fetch_base(self) -> None:
+        git = _gitpython()
+
+        if self._fetched or self.dry_run:  # a dry run reads what was fetched before, and fetches nothing
+            return
+        try:
+            self._git().git.fetch(self.remote, f"+refs/heads/{self.base}:refs/remotes/{self.remote}/{self.base}")
+        except git.GitCommandError as e:
+            raise MaxcodeError(f"git fetch {self.remote} {self.base}: {_git_error(e, self.token)}") from None
+        self._fetched = True
+
+    def _base_file(self, path: str) -> str | None:
+        """A file of the base branch (path relative to the project), or None where it has none."""
+        git = _gitpython()
+
+        full = str(PurePosixPath(self.project_dir()) / path)
+        try:
+            blob = self._git().commit(f"{self.remote}/{self.base}").tree / full.removeprefix("./")
+            return blob.data_stream.read().decode()
+        except (KeyError, ValueError, git.BadName, git.GitCommandError, UnicodeDecodeError):
+            return None
+
+    def accepted(self, t: dict[str, Any]) -> pr_body.Accepted | None:
+        """The kernel the base branch's lock accepts for ``t`` and the dispatcher would run: None
+        where there is none, or where it is stale (its file or the reference changed since)."""
+        if is_program(t):
+            return None
+        self._fetch_base()
+        lock_text = self._base_file(LOCK_NAME)
+        if lock_text is None:
+            return None
+        try:
+            entry = parse_lock(lock_text).get(t["id"])
+        except ValueError as e:
+            raise MaxcodeError(f"{LOCK_NAME} on {self.remote}/{self.base}: {e}") from None
+        if entry is None:
+            return None
+        source = self._base_file(entry.kernel)
+        if source is None or hashlib.sha256(source.encode()).hexdigest() != entry.kernel_hash or not self._reference_holds(entry):
+            return None
+        ci = entry.speedup_ci
+        return pr_body.Accepted(entry.kernel, entry.kernel_hash, float(entry.speedup),
+                                (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 else None, entry.date, entry.tool_version, source)
+
+    def _reference_holds(self, entry: LockEntry) -> bool:
+        """The base branch's reference still hashes as the lock says (else the kernel is not in use)."""
+        ref_file, qualname = entry.extra.get("reference_file"), entry.extra.get("qualname")
+        if not ref_file or not qualname:
+            return True  # an older lock names no reference file: take the entry as it stands
+        text = self._base_file(str(ref_file))
+        if text is None:
+            return False
+        with tempfile.TemporaryDirectory(prefix="maxcode-ref-") as tmp:
+            path = Path(tmp) / "reference.py"
+            path.write_text(text)
+            return reference_hash_in_file(path, str(qualname)) == entry.reference_hash
+
+    def _branch_message(self, branch: str) -> str | None:
+        """The commit message at the tip of the bot's branch on the remote (None: no such branch)."""
+        git = _gitpython()
+
+        repo = self._git()
+        try:
+            repo.git.fetch(self.remote, f"+refs/heads/{branch}:refs/remotes/{self.remote}/{branch}")
+            return str(repo.commit(f"{self.remote}/{branch}").message)
+        except (git.GitCommandError, git.BadName, ValueError):
+            return None
+
     def push_branch(self, t: dict[str, Any], branch: str, message: str) -> bool:
         """Commit the applied kernel on top of the base in a throwaway worktree and force-push it
         to the bot's branch; False when applying it changes nothing (already on the base)."""
         git = _gitpython()
 
         repo = self._git()
-        base = self.base
-        try:
-            repo.git.fetch(self.remote, f"+refs/heads/{base}:refs/remotes/{self.remote}/{base}")
-        except git.GitCommandError as e:
-            raise MaxcodeError(f"git fetch {self.remote} {base}: {_git_error(e, self.token)}") from None
-        sub = self.root.resolve().relative_to(Path(repo.working_tree_dir).resolve())
+        self._fetch_base()
+        sub = Path(self.project_dir())
         with tempfile.TemporaryDirectory(prefix="maxcode-pr-") as tmp:
-            repo.git.worktree("add", "--detach", tmp, f"{self.remote}/{base}")
+            repo.git.worktree("add", "--detach", tmp, f"{self.remote}/{self.base}")
             try:
                 wt = git.Repo(tmp)
                 apply_target(t, Path(tmp) / sub, source_root=self.root)
@@ -140,13 +240,13 @@ class Bot:
 
     def _connect(self) -> Any:
         if self.gh is None:
-            self.gh, self.token = client(self.api_url)
+            self.gh, self.token = client(self.api_url, timeout=self.timeout, max_wait=self.max_wait)
         github = pygithub()
 
         try:
             repo = self.gh.get_repo(self.repo_name)
         except (github.GithubException, OSError) as e:
-            raise error(e, f"opening {self.repo_name}", self.token) from None
+            raise error(e, f"opening {self.repo_name}", self.token, self.timeout) from None
         if self.base is None:
             self.base = repo.default_branch
         return repo
@@ -165,38 +265,70 @@ class Bot:
         if self.base is None:
             self.base = "main"
         owner = self.repo_name.split("/")[0]
+        down: str | None = None
         for t in ready:
+            if down:  # GitHub is unavailable: the other targets would fail the same way
+                outcomes.append(Outcome(t["id"], "skipped", "not tried: GitHub is unavailable (see above)"))
+                continue
             try:
                 outcomes.append(self._one(repo, owner, t))
+            except GitHubUnavailable as e:
+                down = str(e)
+                outcomes.append(Outcome(t["id"], "failed", down))
             except MaxcodeError as e:
                 outcomes.append(Outcome(t["id"], "failed", str(e)))
+        if not self.dry_run and not down:
+            memory.write_record(self.root, self.repo_name, self.base, self.suppressed)
         return outcomes
 
-    def _one(self, repo: Any, owner: str, t: dict[str, Any]) -> Outcome:
+    def _pulls(self, repo: Any, owner: str, branch: str) -> tuple[list[Any], list[Any]]:
+        """The bot's closed and open pull requests from ``branch`` into the base."""
         github = pygithub()
 
+        head = f"{owner}:{branch}"
+        try:
+            closed = list(repo.get_pulls(state="closed", head=head, base=self.base))
+            return closed, list(repo.get_pulls(state="open", head=head, base=self.base))
+        except (github.GithubException, OSError) as e:
+            raise error(e, f"looking up the pull requests for {branch}", self.token, self.timeout) from None
+
+    def _one(self, repo: Any, owner: str, t: dict[str, Any]) -> Outcome:
         source, kernel_hash = _kernel(t, self.root)
+        accepted = self.accepted(t)
+        if accepted and accepted.kernel_hash == hashlib.sha256(source.encode()).hexdigest():
+            return Outcome(t["id"], "skipped", f"this kernel is already accepted on {self.base}")
+        nums = pr_body.numbers(t, accepted)
+        if accepted and (held := below_accepted(nums, accepted, self.replace_margin)):
+            return Outcome(t["id"], "skipped", held)
         branch = branch_for(t["id"])
         kernel_path = written_paths(t)[0] if is_program(t) else f"{KERNELS_DIR}/{t['id']}{EXTENSIONS[t['best']['lang']]}"
-        title = pr_body.title(t, self.report.get("machine") or {})
-        text = pr_body.body(t, self.report, source=source, kernel_path=kernel_path, kernel_hash=kernel_hash, branch=branch)
+        where = pr_body.Where(branch, kernel_path, kernel_hash, self.project_dir(), self.remote)
+        machine = self.report.get("machine") or {}
+        title = pr_body.title(t, machine, nums)
+        text = pr_body.body(t, self.report, source=source, where=where, accepted=accepted, nums=nums)
         if self.dry_run:
             return Outcome(t["id"], "would open or update", f"branch {branch} onto {self.base}\n\n# {title}\n\n{text}")
-        doing = f"the pull request for {branch}"
-        try:
-            head = f"{owner}:{branch}"
-            for closed in repo.get_pulls(state="closed", head=head, base=self.base):
-                found = pr_body.parse_marker(closed.body)
-                if found and found[1] == kernel_hash and not closed.merged:
-                    return Outcome(t["id"], "skipped", f"#{closed.number} with this kernel was closed without merging")
-            open_prs = list(repo.get_pulls(state="open", head=head, base=self.base))
-        except (github.GithubException, OSError) as e:
-            raise error(e, f"looking up {doing}", self.token) from None
-        message = f"{title}\n\nKernel {kernel_hash} for {t['id']}, verified by pytest-maxcode: {t.get('reason', '')}"
+        closed, open_prs = self._pulls(repo, owner, branch)
+        # an open PR is the bot's current proposal, reviewed or not: it is kept up to date whatever was closed before it
+        held_back = None if open_prs else memory.suppression(
+            t["id"], kernel_hash=kernel_hash, reference=str((t.get("reference") or {}).get("hash") or ""), low=nums.low,
+            found=memory.rejections(closed, t["id"]), margin=self.reject_margin)
+        if held_back:
+            self.suppressed.append(held_back)
+            return Outcome(t["id"], "skipped", f"{held_back.why}; to lift it: {held_back.lift}")
+        message = pr_body.commit_message(t, machine, nums, kernel_hash, accepted)
         same = bool(open_prs) and (pr_body.parse_marker(open_prs[0].body) or ("", ""))[1] == kernel_hash
-        # the same kernel again: keep the commit (and the review comments anchored to it), refresh the numbers
-        if not same and not self.push_branch(t, branch, message):
+        # the same kernel and numbers again: keep the commit (and the review comments anchored to it);
+        # new numbers get a new commit of the same tree, so the commit message never quotes old ones
+        if not (same and self._branch_message(branch) == message) and not self.push_branch(t, branch, message):
             return Outcome(t["id"], "skipped", f"this kernel is already on {self.base}")
+        return self._open_or_update(repo, t, open_prs, title, text, nums, kernel_hash, branch)
+
+    def _open_or_update(self, repo: Any, t: dict[str, Any], open_prs: list[Any], title: str, text: str,
+                        nums: pr_body.Numbers, kernel_hash: str, branch: str) -> Outcome:
+        """Seven parameters: what ``_one`` computed for this PR, passed on rather than computed twice."""
+        github = pygithub()
+
         try:
             if open_prs:
                 pr = open_prs[0]
@@ -208,8 +340,10 @@ class Bot:
             if self.labels:
                 pr.add_to_labels(*self.labels)
         except (github.GithubException, OSError) as e:
-            raise error(e, f"{'updating' if open_prs else 'opening'} {doing}", self.token) from None
-        return Outcome(t["id"], action, f"{t['speedup']:.3g}x, kernel {kernel_hash}", pr.html_url)
+            doing = f"{'updating' if open_prs else 'opening'} the pull request for {branch}"
+            raise error(e, doing, self.token, self.timeout) from None
+        replaces = f", replaces the accepted {nums.accepted:.3g}x" if nums.accepted else ""
+        return Outcome(t["id"], action, f"{nums.x}{replaces}, kernel {kernel_hash}", pr.html_url)
 
 
 def _git_error(e: Any, token: str) -> str:

@@ -1,11 +1,21 @@
-"""The optimization pull request's title and body: numbers a reviewer can trust, in the order
-a reviewer asks for them (how much faster, measured how, is it still correct, on what, at
-what cost, what is the code, how do I check it myself)."""
+"""The optimization pull request's title, body and commit message: numbers a reviewer can trust,
+in the order a reviewer asks for them (how much faster, measured how, is it still correct, on
+what, at what cost, what is the code, how do I check it myself).
+
+Safe to render: every text that came from a model, a compiler or a test run is escaped
+(:func:`text`) or fenced (:func:`fence`, :func:`code`), with fences longer than any backtick run
+in what they hold, so a kernel's comment cannot close its code block and write the rest of the
+page. The title, the body and the commit message quote the numbers of one :class:`Numbers`.
+"""
 
 from __future__ import annotations
 
+import difflib
+import html
 import re
+import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..apply import is_program
@@ -14,19 +24,113 @@ from ..report import fmt_time, md_escape, sandbox_weak
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
 FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}
 MAX_SOURCE_CHARS = 60_000  # GitHub caps a PR body at 65536 characters
+MAX_REPLACED_CHARS = 20_000  # a replacement shows two sources and a diff within the same cap
 
 
-def marker(target_id: str, kernel_hash: str) -> str:
-    return f"<!-- maxcode:pr target={target_id} kernel={kernel_hash} -->"
+@dataclass(frozen=True)
+class Accepted:
+    """The kernel the base branch's ``maxcode.lock`` accepts for the target: what a PR replaces."""
+
+    kernel: str  # path relative to the project
+    kernel_hash: str
+    speedup: float
+    speedup_ci: tuple[float, float] | None
+    date: str
+    tool_version: str
+    source: str
 
 
-_MARKER = re.compile(r"<!-- maxcode:pr target=(?P<target>\S+) kernel=(?P<kernel>[0-9a-f]+) -->")
+@dataclass(frozen=True)
+class Numbers:
+    """The numbers a PR quotes, computed once so the title, body and commit message agree."""
+
+    speedup: float
+    ci: tuple[float, float] | None
+    accepted: float | None = None  # the replaced kernel's speedup, for a replacement
+
+    @property
+    def x(self) -> str:
+        return f"{self.speedup:.3g}x"
+
+    @property
+    def interval(self) -> str:
+        return f"[{self.ci[0]:.3g}, {self.ci[1]:.3g}]" if self.ci else ""
+
+    @property
+    def low(self) -> float:
+        return self.ci[0] if self.ci else self.speedup
+
+    @property
+    def over_accepted(self) -> str:
+        return f"{self.speedup / self.accepted:.3g}x" if self.accepted else ""
+
+
+def numbers(t: Mapping[str, Any], accepted: Accepted | None = None) -> Numbers:
+    ci = t.get("speedup_ci")
+    return Numbers(float(t["speedup"]), (float(ci[0]), float(ci[1])) if ci else None,
+                   accepted.speedup if accepted else None)
+
+
+# -- safe text ----------------------------------------------------------------------------
+
+def text(value: Any) -> str:
+    """Untrusted text as one literal markdown line: no emphasis, HTML, links, headings or @mentions."""
+    return md_escape(value).replace("@", "&#64;")
+
+
+def _longest_run(s: str, char: str = "`") -> int:
+    return max((len(m) for m in re.findall(re.escape(char) + "+", s)), default=0)
+
+
+def code(value: Any, *, cell: bool = False) -> str:
+    """Untrusted text as an inline code span: one line, delimited by more backticks than it holds
+    (``cell``: inside a table row, where a bare ``|`` would end the cell)."""
+    s = " ".join(str(value).split())
+    if cell:
+        s = s.replace("|", "\\|")
+    ticks = "`" * (_longest_run(s) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or not s else ""
+    return f"{ticks}{pad}{s}{pad}{ticks}"
+
+
+def fence(content: str, info: str = "") -> list[str]:
+    """A fenced code block that ``content`` cannot close: the fence is a backtick run longer than
+    any in the content (a ``~~~`` line cannot close a backtick fence), the info string is a word."""
+    ticks = "`" * max(3, _longest_run(content) + 1)
+    word = re.sub(r"[^A-Za-z0-9_+-]", "", info)
+    return [ticks + word, content.rstrip("\n"), ticks]
+
+
+# -- the marker ---------------------------------------------------------------------------
+
+def marker(target_id: str, kernel_hash: str, *, reference: str = "", nums: Numbers | None = None) -> str:
+    """The hidden line the bot finds its PRs by: the target, the kernel, the reference it was
+    searched against and the speedup quoted (what a closed PR's memory needs)."""
+    extra = f" reference={reference}" if reference else ""
+    if nums is not None:
+        extra += f" speedup={nums.speedup:.6g} low={nums.low:.6g}"
+    return f"<!-- maxcode:pr target={target_id} kernel={kernel_hash}{extra} -->"
+
+
+_MARKER = re.compile(r"<!-- maxcode:pr target=(?P<target>\S+) kernel=(?P<kernel>[0-9a-f]+)(?P<rest>[^>]*?)\s*-->")
 
 
 def parse_marker(body: str | None) -> tuple[str, str] | None:
     m = _MARKER.search(body or "")
     return (m.group("target"), m.group("kernel")) if m else None
 
+
+def parse_marker_fields(body: str | None) -> dict[str, str]:
+    """Every ``key=value`` of the bot's marker ({} when the body has none); older markers hold
+    only the target and the kernel."""
+    m = _MARKER.search(body or "")
+    if not m:
+        return {}
+    fields = dict(re.findall(r"(\w+)=(\S+)", m.group("rest")))
+    return {"target": m.group("target"), "kernel": m.group("kernel"), **fields}
+
+
+# -- title, commit message ----------------------------------------------------------------
 
 def _device(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
     if t.get("device") == "cuda":
@@ -35,69 +139,118 @@ def _device(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
     return "CPU"
 
 
-def title(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
-    lang = "C++ program" if is_program(t) else LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
-    return f"⚡ Speed up {t['id']} {t['speedup']:.3g}x ({lang}, {_device(t, machine)})"
+def _lang(t: Mapping[str, Any]) -> str:
+    return "C++ program" if is_program(t) else LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
+
+
+def title(t: Mapping[str, Any], machine: Mapping[str, Any], nums: Numbers | None = None) -> str:
+    nums = nums or numbers(t)
+    where = f"({_lang(t)}, {' '.join(_device(t, machine).split())[:40]})"
+    if nums.accepted:
+        return f"⚡ Replace the accepted kernel of {t['id']}: {nums.accepted:.3g}x -> {nums.x} {where}"
+    return f"⚡ Speed up {t['id']} {nums.x} {where}"
+
+
+def commit_message(t: Mapping[str, Any], machine: Mapping[str, Any], nums: Numbers, kernel_hash: str,
+                   accepted: Accepted | None = None) -> str:
+    """The bot's commit message: the title's numbers and nothing a later run could contradict."""
+    interval = f" (95% CI {nums.interval})" if nums.ci else ""
+    lines = [title(t, machine, nums), "",
+             f"Kernel {kernel_hash} for {t['id']}, verified by pytest-maxcode: {nums.x}{interval} over the original."]
+    if accepted:
+        lines.append(f"Replaces the accepted kernel {accepted.kernel_hash[:16]} ({accepted.speedup:.3g}x): "
+                     f"{nums.over_accepted} faster than it.")
+    return "\n".join(lines) + "\n"
+
+
+# -- the body -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Where:
+    """Where the kernel goes and how a reviewer reaches it: the branch, the kernel's path in the
+    project, and the project's folder relative to the repository root ('.' at the root)."""
+
+    branch: str
+    kernel_path: str
+    kernel_hash: str
+    project_dir: str = "."
+    remote: str = "origin"
 
 
 def _what(t: Mapping[str, Any], lang: str, kernel_path: str, ref: Mapping[str, Any]) -> str:
     """The opening paragraph: what was found, how it was checked, and what the change does."""
     if is_program(t):
-        return (f"pytest-maxcode rewrote the C++ program `{kernel_path}`, ran the rewrite on the program's test cases "
-                f"(`{ref.get('testcases', '?')}`: each input on stdin, the output compared with the expected one; lines equal, "
+        return (f"pytest-maxcode rewrote the C++ program {code(kernel_path)}, ran the rewrite on the program's test cases "
+                f"({code(ref.get('testcases', '?'))}: each input on stdin, the output compared with the expected one; lines equal, "
                 "or numbers within 1e-3), and timed both programs interleaved, test case by test case. This pull request "
                 "replaces the program's source with the rewrite.")
-    return (f"pytest-maxcode found a {LANG_NAMES.get(lang, lang)} kernel for `{t['id']}` (`{ref.get('file', '?')}`), "
+    return (f"pytest-maxcode found a {LANG_NAMES.get(lang, text(lang))} kernel for {code(t['id'])} ({code(ref.get('file', '?'))}), "
             "checked it against the original on the inputs your tests pass it, re-ran your tests with it active, "
-            f"and timed both interleaved in one process. The kernel is `{kernel_path}`; `maxcode.lock` routes calls to it "
+            f"and timed both interleaved in one process. The kernel is {code(kernel_path)}; `maxcode.lock` routes calls to it "
             "for the input signatures it was checked on, and everything else still runs the original.")
-
 
 
 def _ci(ci: Sequence[float] | None) -> str:
     return f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
 
 
-def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, kernel_path: str, kernel_hash: str,
-         branch: str) -> str:
+def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where: Where,
+         accepted: Accepted | None = None, nums: Numbers | None = None) -> str:
     """The pull request's text: the speedup by workload, the warnings, the user's benchmarks and
     tests re-run, the machine, the search, the source and how to check it, in that order."""
+    nums = nums or numbers(t, accepted)
     best = t.get("best") or {}
     lang = str(best.get("lang"))
     ref = t.get("reference") or {}
+    heading = (f"## ⚡ A faster kernel for {code(t['id'])}: {nums.x}, replacing the accepted {nums.accepted:.3g}x"
+               if accepted else f"## ⚡ {code(t['id'])} is {nums.x} faster")
     out = [
-        marker(t["id"], kernel_hash),
-        f"## ⚡ `{t['id']}` is {t['speedup']:.3g}x faster",
+        marker(t["id"], where.kernel_hash, reference=str(ref.get("hash") or ""), nums=nums),
+        heading,
         "",
-        _what(t, lang, kernel_path, ref),
+        _what(t, lang, where.kernel_path, ref),
+        *_replaces(accepted, nums, where),
         "",
         "| workload | original | optimized | speedup (95% CI) |",
         "|---|---:|---:|---:|",
-        f"| **all (geometric mean)** | {fmt_time(t.get('baseline_s'))} | {fmt_time(t.get('best_s'))} | **{t['speedup']:.3g}x**{_ci(t.get('speedup_ci'))} |",
+        f"| **all (geometric mean)** | {fmt_time(t.get('baseline_s'))} | {fmt_time(t.get('best_s'))} | **{nums.x}**{_ci(nums.ci)} |",
     ]
     for w in t.get("workloads") or []:
-        out.append(f"| `{w['signature']}` ({w['n_sets']} input sets) | {fmt_time(w.get('reference_s'))} | {fmt_time(w.get('candidate_s'))} | "
-                   f"{w['speedup']:.3g}x{_ci(w.get('speedup_ci'))} |")
-    out += ["", f"Verdict: {t.get('reason', '')}"]
+        out.append(f"| {code(w['signature'], cell=True)} ({w['n_sets']} input sets) | {fmt_time(w.get('reference_s'))} | "
+                   f"{fmt_time(w.get('candidate_s'))} | {w['speedup']:.3g}x{_ci(w.get('speedup_ci'))} |")
+    out += ["", f"Verdict: {text(t.get('reason', ''))}"]
     out += _warnings(t)
     out += _benchmarks(t.get("benchmarks") or [])
     out += _tests(t)
     out += _environment(t, report)
     out += _search(t)
-    out += _source(t, source, kernel_path, lang)
-    out += _check_it(t, branch)
+    out += _source(t, source, where.kernel_path, lang, accepted)
+    out += check_it(t, where)
     return "\n".join(out) + "\n"
+
+
+def _replaces(accepted: Accepted | None, nums: Numbers, where: Where) -> list[str]:
+    """Old and new side by side: what the base branch accepts now and what this PR puts instead."""
+    if not accepted:
+        return []
+    return ["", (f"This pull request **replaces** the kernel that `maxcode.lock` accepts on the base branch; "
+            f"the new one is {nums.over_accepted} faster than it (both measured against the original)."), "",
+            "| | accepted now (replaced) | this pull request |", "|---|---:|---:|",
+            (f"| kernel | {code(accepted.kernel, cell=True)} ({accepted.kernel_hash[:16]}) | "
+            f"{code(where.kernel_path, cell=True)} ({where.kernel_hash}) |"),
+            f"| speedup over the original (95% CI) | {accepted.speedup:.3g}x{_ci(accepted.speedup_ci)} | **{nums.x}**{_ci(nums.ci)} |",
+            f"| measured | {text(accepted.date)}, pytest-maxcode {text(accepted.tool_version)} | this run |"]
 
 
 def _warnings(t: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     if sandbox_weak(t.get("sandbox")):
-        out += ["", f"> [!WARNING]\n> The candidates were checked without a full OS sandbox: {md_escape(str(t.get('sandbox')))}. "
-                "Candidate code could reach the timer, the network and this user's files; re-check with bubblewrap installed."]
+        out += ["", (f"> [!WARNING]\n> The candidates were checked without a full OS sandbox: {text(t.get('sandbox'))}. "
+                "Candidate code could reach the timer, the network and this user's files; re-check with bubblewrap installed.")]
     if t.get("range_limited"):
-        out += ["", f"> [!CAUTION]\n> Range-limited: {md_escape(str(t['range_limited']))}. The kernel is right on the inputs "
+        out += ["", (f"> [!CAUTION]\n> Range-limited: {text(t['range_limited'])}. The kernel is right on the inputs "
                 "your tests pass, not on the wider or special values (NaN, inf, large magnitudes) listed as failed; "
-                "this target sets `accept_range_limited`, so it is proposed anyway."]
+                "this target sets `accept_range_limited`, so it is proposed anyway.")]
     return out
 
 
@@ -110,8 +263,9 @@ def _benchmarks(benchmarks: Sequence[Mapping[str, Any]]) -> list[str]:
            "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup (95% CI) | rounds |", "|---|---:|---:|---:|---:|"]
     for b in benchmarks:
         r, c = b["reference"], b["candidate"]
-        out.append(f"| `{b['name']}` | {fmt_time(r['median_s'])} ± {fmt_time(r.get('stddev_s'))} | {fmt_time(c['median_s'])} ± "
-                   f"{fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x{_ci(b.get('speedup_ci'))} | {r.get('rounds', '?')} / {c.get('rounds', '?')} |")
+        out.append(f"| {code(b['name'], cell=True)} | {fmt_time(r['median_s'])} ± {fmt_time(r.get('stddev_s'))} | "
+                   f"{fmt_time(c['median_s'])} ± {fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x{_ci(b.get('speedup_ci'))} | "
+                   f"{text(r.get('rounds', '?'))} / {text(c.get('rounds', '?'))} |")
     return out
 
 
@@ -121,20 +275,22 @@ def _tests(t: Mapping[str, Any]) -> list[str]:
     heading = "### Tests re-run with the kernel active"
     if is_program(t):
         heading = "### Test cases and tests re-run on the rewrite" if tests.get("pytest") else "### Test cases re-run on a fresh build of the rewrite"
+    calls = tests.get("kernel_calls")
     out = ["", heading, "",
-           f"{'✅' if tests.get('passed') else '❌'} {tests.get('summary', '')}"
-           + (f"; the kernel was called {tests['kernel_calls']} time(s)" if tests.get("kernel_calls") else "")]
+           f"{'✅' if tests.get('passed') else '❌'} {text(tests.get('summary', ''))}"
+           + (f"; the kernel was called {int(calls)} time(s)" if isinstance(calls, int) and calls else "")]
     if rerun:
-        out += ["", "<details><summary>" + f"{len(rerun)} test(s)" + "</summary>", "", *[f"- `{n}`" for n in rerun], "", "</details>"]
+        out += ["", f"<details><summary>{len(rerun)} test(s)</summary>", "", *[f"- {code(n)}" for n in rerun], "", "</details>"]
     return out
 
 
 def _environment(t: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
     machine = report.get("machine") or {}
     return ["", "### Environment", "",
-            f"- device: {t.get('device', '?')}" + (f" ({machine['gpu']})" if machine.get("gpu") else "") + f", arch {t.get('arch', '?')}",
-            f"- CPU: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores",
-            f"- torch {machine.get('torch', '?')}, pytest-maxcode {report.get('tool_version', '?')}"]
+            f"- device: {text(t.get('device', '?'))}" + (f" ({text(machine['gpu'])})" if machine.get("gpu") else "")
+            + f", arch {text(t.get('arch', '?'))}",
+            f"- CPU: {text(machine.get('cpu', '?'))}, {text(machine.get('cores', '?'))} cores",
+            f"- torch {text(machine.get('torch', '?'))}, pytest-maxcode {text(report.get('tool_version', '?'))}"]
 
 
 def _search(t: Mapping[str, Any]) -> list[str]:
@@ -142,26 +298,58 @@ def _search(t: Mapping[str, Any]) -> list[str]:
     cands = t.get("candidates") or {}
     if not search:
         return []
-    model = search.get("llm") or "no model (built-in candidates)"
+    model = text(search["llm"]) if search.get("llm") else "no model (built-in candidates)"
     return ["", "### Search", "",
-            f"- strategy `{search.get('strategy')}`, policy `{search.get('policy')}`, model {model}",
-            f"- {cands.get('tried', 0)} candidate(s) tried, {cands.get('correct', 0)} correct, {cands.get('faster', 0)} faster; "
-            f"stopped because {search.get('stop_reason', '?')}",
-            f"- {search.get('llm_calls', 0)} LLM call(s), {search.get('tokens', 0)} tokens, ${float(search.get('cost_usd') or 0):.4f}"]
+            f"- strategy {code(search.get('strategy'))}, policy {code(search.get('policy'))}, model {model}",
+            (f"- {int(cands.get('tried', 0))} candidate(s) tried, {int(cands.get('correct', 0))} correct, "
+            f"{int(cands.get('faster', 0))} faster; stopped because {text(search.get('stop_reason', '?'))}"),
+            (f"- {int(search.get('llm_calls', 0))} LLM call(s), {int(search.get('tokens', 0))} tokens, "
+            f"${float(search.get('cost_usd') or 0):.4f}")]
 
 
-def _source(t: Mapping[str, Any], source: str, kernel_path: str, lang: str) -> list[str]:
-    shown = source if len(source) <= MAX_SOURCE_CHARS else source[:MAX_SOURCE_CHARS] + "\n... (truncated; the file is in this PR)"
+def _cap(source: str, limit: int) -> str:
+    return source if len(source) <= limit else source[:limit] + "\n... (truncated; the file is in this PR)"
+
+
+def _details(summary: str, inner: list[str]) -> list[str]:
+    return ["", f"<details><summary>{summary}</summary>", "", *inner, "", "</details>"]
+
+
+def _source(t: Mapping[str, Any], source: str, kernel_path: str, lang: str, accepted: Accepted | None) -> list[str]:
     what = "The rewritten program" if is_program(t) else "Kernel source"
-    return ["", f"<details><summary>{what}: <code>{kernel_path}</code> ({source.count(chr(10)) + 1} lines)</summary>", "",
-            f"```{FENCES.get(lang, '')}", shown.rstrip(), "```", "", "</details>"]
+    lines = source.count("\n") + 1
+    path = html.escape(kernel_path)
+    if not accepted:
+        return _details(f"{what}: <code>{path}</code> ({lines} lines)", fence(_cap(source, MAX_SOURCE_CHARS), FENCES.get(lang, "")))
+    diff = "\n".join(difflib.unified_diff(accepted.source.splitlines(), source.splitlines(),
+                                          f"accepted/{accepted.kernel}", f"new/{kernel_path}", lineterm=""))
+    return [*_details(f"Kernel source: <code>{path}</code> ({lines} lines)", fence(_cap(source, MAX_REPLACED_CHARS), FENCES.get(lang, ""))),
+            *_details(f"The accepted kernel it replaces: <code>{html.escape(accepted.kernel)}</code>",
+                      fence(_cap(accepted.source, MAX_REPLACED_CHARS), FENCES.get(lang, ""))),
+            *_details("What changed (diff, accepted -> new)", fence(_cap(diff, MAX_REPLACED_CHARS), "diff"))]
 
 
-def _check_it(t: Mapping[str, Any], branch: str) -> list[str]:
-    rerun = (t.get("tests") or {}).get("rerun") or []
-    return ["", "### Check it yourself", "", "```",
-            f"git fetch origin {branch} && git checkout {branch}",
-            *([] if is_program(t) else ["maxcode status          # the kernel is active for this machine",
-                                      f"pytest {' '.join(rerun[:3]) if rerun else ''}".rstrip() + "          # your tests, with the kernel"]),
-            f"pytest --maxcode --maxcode-target='{t['id']}'   # search and verify again here",
-            "```", "", "<sub>Opened by pytest-maxcode. Closing this PR without merging keeps this kernel from being proposed again.</sub>"]
+def check_commands(t: Mapping[str, Any], where: Where) -> list[str]:
+    """The commands of "Check it yourself", runnable as written from the repository root in
+    bash or zsh: the branch, then ``cd`` into the project, then the tests (ids shell-quoted)."""
+    q = shlex.quote
+    rerun = [str(n) for n in (t.get("tests") or {}).get("rerun") or []][:3]
+    out = [f"git fetch {q(where.remote)} {q(where.branch)} && git checkout {q(where.branch)}"]
+    if where.project_dir not in ("", "."):
+        out.append(f"cd {q(where.project_dir)}")
+    if not is_program(t):
+        out += ["maxcode status", " ".join(["pytest", *map(q, rerun)])]
+    out.append(f"pytest --maxcode --maxcode-target={q(str(t['id']))}")
+    return out
+
+
+def check_it(t: Mapping[str, Any], where: Where) -> list[str]:
+    steps = ["check out this branch"] + (["go to the project's folder"] if where.project_dir not in ("", ".") else [])
+    if not is_program(t):
+        steps += ["see that the kernel is active on this machine", "run your tests with it"]
+    steps.append("search and verify again here")
+    return ["", "### Check it yourself", "", f"From the repository's root: {'; '.join(steps)}.", "",
+            *fence("\n".join(check_commands(t, where)), "sh"), "",
+            ("<sub>Opened by pytest-maxcode. Closing this PR without merging keeps pytest-maxcode from proposing another kernel "
+            "for this target until its reference changes or a clearly faster kernel is found; add the label "
+            "<code>maxcode:never</code> before closing to stop it for good.</sub>")]

@@ -1,7 +1,8 @@
 """The built-in policy: real candidates without any LLM.
 
-It proposes, in order, the user's hand-written seed kernels from
-``maxcode_kernels/seeds/<target-id>/`` (each expanded over its declared tunable
+It proposes, in order, the kernel ``maxcode.lock`` accepts for the target (the merged kernel
+is the starting point: the search measures it again and builds on it), the user's hand-written
+seed kernels from ``maxcode_kernels/seeds/<target-id>/`` (each expanded over its declared tunable
 parameters) and ``torch.compile`` variants of the reference as compat candidates; for a
 program target, the seeds and then rewrites of the program itself (``program_variants``).
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from .._files import write_atomic
 from ..oracle.check import NATIVE_EXTS, CandidateSpec
+from ..targets.lock import find_lock, read_lock
 from .program_variants import program_variants
 from .state import Proposal, SearchState
 from .strategy import Ask
@@ -167,8 +169,26 @@ class BuiltinPolicy:
             return lang == "cuda"
         return lang == ("cuda" if self.device == "cuda" else "cpp")
 
+    def accepted(self) -> Proposal | None:
+        """The kernel the project's lock accepts for this target, as the first candidate (as it is:
+        its tunable parameters were already chosen), or None where there is none in this language."""
+        lock = find_lock(self.root)
+        try:
+            entry = read_lock(lock).get(self.target.id) if lock else None
+        except ValueError:
+            return None  # a broken lock is reported where it is used; the search goes on without it
+        if entry is None or self.target.kind == "program" or not self._wanted(entry.lang) and entry.lang != "py":
+            return None
+        try:
+            text = (lock.parent / entry.kernel).read_text()  # type: ignore[union-attr]
+        except OSError:
+            return None
+        spec = materialize(self.out_dir, text, entry.lang, "accepted")
+        return Proposal(spec, f"accepted:{entry.kernel}", {})
+
     def proposals(self) -> list[Proposal]:
-        out: list[Proposal] = []
+        first = self.accepted()
+        out: list[Proposal] = [first] if first else []
         seeds = self.root / "maxcode_kernels" / "seeds" / self.target.id
         program = self.target.kind == "program"
         if seeds.is_dir():

@@ -74,6 +74,19 @@ def find_lock(start: Path) -> Path | None:
 def _read(path: str, mtime_ns: int) -> dict[str, LockEntry]:
     with open(path, "rb") as f:
         data = tomllib.load(f)
+    return _entries(data)
+
+
+def parse_lock(text: str) -> dict[str, LockEntry]:
+    """The entries of a lock file's text (the bot reads the base branch's lock from git, not a
+    file). ValueError with what to do when it is not a valid lock."""
+    try:
+        return _entries(tomllib.loads(text))
+    except (tomllib.TOMLDecodeError, TypeError, AttributeError) as e:
+        raise ValueError(f"not a valid maxcode.lock ({e}); fix it or delete it") from None
+
+
+def _entries(data: dict[str, Any]) -> dict[str, LockEntry]:
     entries = {}
     for target, raw in data.get("targets", {}).items():
         known = {k: raw[k] for k in LockEntry.__dataclass_fields__ if k in raw and k != "target"}
