@@ -255,17 +255,19 @@ class FakeGitHub:
             self._hang_seconds = seconds
         return self
 
-    def _maybe_hang(self, request: Request) -> None:
+    def _maybe_hang(self, request: Request) -> bool:
+        """Hang a request that a ``hang`` rule matches; False when ``reset`` ended the wait (the
+        request belongs to a finished test: it must not touch the next one's state)."""
         with self._lock:
             path = request.path.rstrip("/") or "/"
             rule = next((h for h in self._hangs if h.applies(request.method, path)), None)
             if rule is None:
-                return
+                return True
             rule.times -= 1
             if rule.times <= 0:
                 self._hangs.remove(rule)
             release, seconds = self._release, self._hang_seconds
-        release.wait(seconds)
+        return not release.wait(seconds)
 
     def push_branch(self, name: str, sha: str | None = None) -> str:
         """A branch now exists (added to ``known_branches`` when that is a set) with head ``sha``;
@@ -334,7 +336,8 @@ class FakeGitHub:
     # -- the server side ------------------------------------------------------------------
 
     def _handle(self, request: Request) -> Response:
-        self._maybe_hang(request)
+        if not self._maybe_hang(request):
+            return Response(b"", status=503)
         raw = request.get_data(as_text=True)
         try:
             body: Any = json.loads(raw) if raw.strip() else None

@@ -104,7 +104,9 @@ def test_a_pr_closed_without_merging_is_not_reopened_for_the_same_kernel(project
     fake_github.close_pull(number)
     r = maxcode(work, "pr", "report.json", "--repo", "acme/mylib", env=gh_env(fake_github))
     assert r.returncode == 0, r.stderr
-    assert r.stdout == f"{TARGET}: skipped (#{number} with this kernel was closed without merging)\n"
+    url = f"{fake_github.url}/acme/mylib/pull/{number}"
+    assert r.stdout == (f"{TARGET}: skipped (#{number} with this very kernel was closed without merging ({url}); "
+                        f"to lift it: reopen #{number}, or change the reference)\n")
     assert len(fake_github.pulls) == 1 and fake_github.pulls[number]["state"] == "closed"
 
 

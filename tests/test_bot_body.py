@@ -1,0 +1,125 @@
+"""The PR body is safe to render and its commands work as written (issue 15): a kernel's comment
+cannot write the page, model and compiler text stays literal, and "Check it yourself" runs from
+the repository's root for a project in a subfolder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import git
+import github_fake
+import pytest
+from bot_project import BRANCH, TARGET, TESTS, make_repo, tune
+from markdown_it import MarkdownIt
+
+from pytest_maxcode.bot import pr_body
+from pytest_maxcode.bot.pr import Bot
+
+fake_github = github_fake.fake_github
+
+HOSTILE = """// a kernel whose comment tries to end its own code block
+/*
+````
+~~~
+</details>
+
+# Security review: approved
+@security-team signed off. [merge now](https://example.com)
+```
+*/
+""" + tune(0)
+
+
+def render(markdown: str) -> list[Any]:
+    return MarkdownIt("commonmark").enable("table").parse(markdown)
+
+
+def headings(tokens: list[Any]) -> list[str]:
+    return [tokens[i + 1].content for i, tok in enumerate(tokens) if tok.type == "heading_open"]
+
+
+def outside_code(tokens: list[Any]) -> str:
+    """Every text the page shows outside code blocks and code spans."""
+    out = []
+    for tok in tokens:
+        if tok.type in ("fence", "code_block"):
+            continue
+        if tok.type == "inline":
+            out += [c.content for c in tok.children or [] if c.type not in ("code_inline",)]
+        else:
+            out.append(tok.content)
+    return "\n".join(out)
+
+
+def hostile_target(rerun: list[str]) -> dict[str, Any]:
+    return {"id": TARGET, "speedup": 3.0, "speedup_ci": [2.7, 3.3], "device": "cpu", "arch": "x86_64",
+            "reason": "faster\n# Injected heading from a compiler message\n</details> **bold** <script>x</script>",
+            "best": {"lang": "cpp", "source_path": "k.cpp"},
+            "reference": {"file": "mylib.py", "qualname": "fused_chain", "hash": "r"},
+            "range_limited": "passed [-1, 1]\n## fake section",
+            "tests": {"passed": True, "summary": "3 passed\n### spoofed", "rerun": rerun},
+            "workloads": [{"signature": "float32[4]|`x`", "n_sets": 1, "speedup": 3.0}],
+            "search": {"strategy": "sweep", "policy": "llm", "llm": "model\n# Model heading", "stop_reason": "budget\n---"}}
+
+
+def test_a_kernel_and_model_text_cannot_write_the_page() -> None:
+    t = hostile_target(["tests/test_x.py::test_a[`x`]\n# heading in a test id", "tests/test_x.py::test_b[512]"])
+    where = pr_body.Where(BRANCH, f"maxcode_kernels/{TARGET}.cpp", "0123abcd", "my proj")
+    body = pr_body.body(t, {"machine": {"cpu": "x\n# cpu heading"}}, source=HOSTILE, where=where)
+    tokens = render(body)
+    assert headings(tokens) == [f"⚡ `{TARGET}` is 3x faster", "Tests re-run with the kernel active", "Environment",
+                                "Search", "Check it yourself"]
+    (kernel,) = [tok for tok in tokens if tok.type == "fence" and tok.info == "cpp"]
+    assert kernel.content == HOSTILE.rstrip("\n") + "\n"  # the whole kernel, in one block
+    shown = outside_code(tokens)
+    for leak in ("Security review", "Injected heading", "Model heading", "spoofed", "fake section", "cpu heading"):
+        assert f"\n# {leak}" not in shown and not any(h.endswith(leak) for h in headings(tokens))
+    assert "<script>" not in body and "@security-team" not in shown
+    html = [tok.content for tok in tokens if tok.type in ("html_block", "html_inline")]
+    assert sum(h.count("</details>") for h in html) == 2  # the tests' list and the source's: no other closes a block
+    # a replacement shows two sources and a diff: each fenced beyond its content's backtick runs
+    accepted = pr_body.Accepted(f"maxcode_kernels/{TARGET}.cpp", "f" * 64, 2.0, (1.9, 2.1), "2026-11-01", "0.1", HOSTILE + "// old\n")
+    replaced = render(pr_body.body(t, {}, source=HOSTILE, where=where, accepted=accepted))
+    assert [tok.info for tok in replaced if tok.type == "fence"] == ["cpp", "cpp", "diff", "sh"]
+    assert "Security review" not in outside_code(replaced)
+
+
+def test_inline_code_and_fences_outlast_the_content() -> None:
+    assert pr_body.code("a`b") == "``a`b``" and pr_body.code("`x`") == "`` `x` ``"
+    assert pr_body.code("a|b", cell=True) == "`a\\|b`" and pr_body.code("two\nlines") == "`two lines`"
+    assert pr_body.fence("x\n`````\n", "c++ evil`")[0] == "``````c++evil"
+    for text in ("````", "~~~\n```", "plain"):
+        (tok,) = [t for t in render("\n".join(pr_body.fence(text, "cpp"))) if t.type == "fence"]
+        assert tok.content == text + "\n"
+
+
+def test_the_check_it_yourself_commands_run_from_the_repository_root(tmp_path: Path, fake_github: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in {"GITHUB_TOKEN": github_fake.FAKE_GH_TOKEN, "GITHUB_API_URL": fake_github.url,
+                 "MAXCODE_GITHUB_WRITE_INTERVAL": "0"}.items():
+        monkeypatch.setenv(k, v)
+    r = make_repo(tmp_path / "r", subfolder="my proj")
+    report = r.report(tune(0), 3.0, (2.7, 3.3))
+    (outcome,) = Bot(r.project, report, repo_name="acme/mylib", base=None).run()
+    assert outcome.action == "opened", outcome.line()
+    (pr,) = fake_github.pulls.values()
+    (block,) = [tok for tok in render(pr["body"]) if tok.type == "fence" and tok.info == "sh"]
+    commands = block.content.splitlines()
+    assert commands[:2] == [f"git fetch origin {BRANCH} && git checkout {BRANCH}", "cd 'my proj'"]
+    assert f"pytest '{TESTS[0]}' {TESTS[1]}" in commands
+    # a reviewer's clone, the commands as written, from its root
+    clone = tmp_path / "reviewer"
+    git.Repo.clone_from(r.origin, clone)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GH_", "PYTEST_"))}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    start = time.monotonic()
+    done = subprocess.run(["bash", "-ec", block.content], cwd=clone, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "active" in done.stdout and "2 passed" in done.stdout, done.stdout[-3000:]
+    assert (clone / "my proj" / ".maxcode").is_dir()  # the search ran in the project's folder
+    print(f"check-it-yourself commands: {time.monotonic() - start:.1f} s")
