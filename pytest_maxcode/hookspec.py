@@ -80,3 +80,17 @@ def pytest_maxcode_evaluation(target: Any, node: Node) -> None:
         def pytest_maxcode_evaluation(target, node):
             print(target.id, node.index, node.verdict.status, node.reward)
     """
+
+
+@hookspec
+def pytest_maxcode_report(report: dict[str, Any], config: Any) -> None:
+    """Add to the run's report before it is written (pytest-benchmark's ``update_json``
+    pattern): ``report`` is the JSON that ``report.json`` will hold, ``config`` pytest's.
+    Add keys of your own (top level, or in a target's entry); the published schema allows
+    them, and the run says so in one line if a change breaks it.
+
+    Example::
+
+        def pytest_maxcode_report(report, config):
+            report["ci"] = {"job": os.environ.get("GITHUB_JOB")}
+    """

@@ -19,6 +19,14 @@ from typing import Any
 import pytest
 
 from ._version import __version__
+from .model.report import (
+    BestKernel,
+    CandidateCounts,
+    Report,
+    RerunResult,
+    TargetResult,
+    TargetStatus,
+)
 from .options import Settings, accepts_range_limited
 from .targets.capture import Recorder, TargetCapture
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
@@ -44,7 +52,7 @@ class MaxcodeSession:
         self.problem: str | None = None
         #: set when Ctrl-C ended the search: the number of targets whose report was written
         self.interrupted: int | None = None
-        self._finished: list[dict[str, Any]] = []
+        self._finished: list[TargetResult] = []
         self._notes: list[str] = []
         from .errors import MaxcodeError
         from .llm import make_critic_service, make_scorer_service, make_service
@@ -177,8 +185,8 @@ class MaxcodeSession:
             return
         if exitstatus not in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
             why = "the test session failed; maxcode optimizes only behind a green test suite"
-            targets = [_skipped(cap.handle.id, why, cap.callers) for cap in self.recorder.targets.values()]
-            targets += [dict(_skipped(p.id, why, []), kind="program") for p in self.programs]
+            targets = [TargetResult.skipped(cap.handle.id, why, cap.callers) for cap in self.recorder.targets.values()]
+            targets += [TargetResult.skipped(p.id, why, [], kind="program") for p in self.programs]
         elif self.settings.target and not self.recorder.targets and not self.programs:
             known = sorted(REGISTRY) + sorted(str(k) for k in (self.settings.programs or {}))
             patterns = " ".join(f"--maxcode-target={p}" for p in self.settings.target)
@@ -192,20 +200,18 @@ class MaxcodeSession:
             except KeyboardInterrupt:
                 targets = list(self._finished)
                 self.interrupted = len(targets)
-        self.report = {
-            "schema_version": 1,
-            "tool_version": __version__,
-            "created_at": started,
-            "machine": _machine(self.settings.device),
-            "options": {
+        report = Report(
+            tool_version=__version__, created_at=started, machine=_machine(self.settings.device),
+            options={
                 "budget": self.settings.budget, "time": self.settings.time, "min_speedup": self.settings.min_speedup,
                 "apply": self.settings.apply, "policy": self.policy_name, "device": self.settings.device,
             },
             # a filtered or interrupted run keeps the previous report's other targets
-            "targets": self._merged(targets) if self.settings.target or self.interrupted is not None else targets,
-        }
+            targets=self._merged(targets) if self.settings.target or self.interrupted is not None else targets,
+        )
         from .report import write_reports
 
+        self.report = self._published(report)
         out = self.root / ".maxcode" / "reports"
         self.report_paths = write_reports(self.report, out)
         if self.settings.json_path:
@@ -217,10 +223,10 @@ class MaxcodeSession:
 
             for line in apply_report(self.report, self.root):
                 self._say(line)
-        failed = [t for t in targets if t["status"] == "failed"]
+        failed = [t for t in targets if t.status == TargetStatus.FAILED]
         if failed:
             first = failed[0]
-            self.problem = (f"the search of {len(failed)} target(s) failed: {first['id']}: {first['reason']}"
+            self.problem = (f"the search of {len(failed)} target(s) failed: {first.id}: {first.reason}"
                             + (f" (and {len(failed) - 1} more; see the report)" if len(failed) > 1 else ""))
         self._set_exitstatus(session)
 
@@ -231,18 +237,34 @@ class MaxcodeSession:
         elif self.problem is not None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = MAXCODE_FAILED
 
-    def _merged(self, targets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _published(self, report: Report) -> dict[str, Any]:
+        """The report's JSON after plugins added to it (``pytest_maxcode_report``), checked
+        against the published schema when jsonschema is installed: a plugin that breaks the
+        contract is named here, not by ``maxcode apply`` or the bot later."""
+        data = report.to_json()
+        self.config.hook.pytest_maxcode_report(report=data, config=self.config)
+        try:
+            from .report import validate
+
+            errors = validate(data)
+        except ImportError:  # jsonschema is optional
+            errors = []
+        if errors:
+            self._say(f"the report does not match its schema ({errors[0]}); a pytest_maxcode_report hook may have changed it")
+        return data
+
+    def _merged(self, targets: list[TargetResult]) -> list[TargetResult]:
         """A filtered run's targets over the previous report's: the others are kept as they were."""
         path = self.root / ".maxcode" / "reports" / "report.json"
         try:
             previous = json.loads(path.read_text()).get("targets") or []
-        except (OSError, ValueError, AttributeError):
+            fresh = {t.id for t in targets}
+            kept = [TargetResult.from_json(t) for t in previous if isinstance(t, dict) and t.get("id") not in fresh]
+        except (OSError, ValueError, AttributeError, TypeError):
             return targets
-        fresh = {t["id"]: t for t in targets}
-        kept = [t for t in previous if isinstance(t, dict) and t.get("id") not in fresh]
-        return sorted(kept + targets, key=lambda t: str(t.get("id")))
+        return sorted(kept + targets, key=lambda t: str(t.id))
 
-    def _optimize_all(self) -> list[dict[str, Any]]:
+    def _optimize_all(self) -> list[TargetResult]:
         from concurrent.futures import ThreadPoolExecutor
 
         from .search.budget import Meter
@@ -258,7 +280,7 @@ class MaxcodeSession:
             self._say(f"run(s) {', '.join(map(str, killed))} ended without finishing (killed); marked so, their evaluations are reused")
         run_meter = Meter(run_limits(self.settings), "per run")
 
-        def one(item: tuple[str, Any]) -> dict[str, Any]:
+        def one(item: tuple[str, Any]) -> TargetResult:
             with Store(path) as store:  # one connection per thread
                 if isinstance(item[1], TargetCapture):
                     entry = self._optimize(item[1], files.get(item[0], []), store, run_id, run_meter)
@@ -356,69 +378,70 @@ class MaxcodeSession:
         return SearchContext(store, run_id, self._progress, hook=self.config.hook, llm=self.llm, run_meter=run_meter,
                              oracle_lock=self._oracle_lock, critic_llm=self.critic_llm, scorer_llm=self.scorer_llm)
 
-    def _optimize(self, cap: TargetCapture, captured: list[Path], store: Any, run_id: int, run_meter: Any = None) -> dict[str, Any]:
+    def _optimize(self, cap: TargetCapture, captured: list[Path], store: Any, run_id: int, run_meter: Any = None) -> TargetResult:
         from .search.loop import search_target
         from .search.policy import TargetInfo
 
         h = cap.handle
         if h.options.inplace and h.kind == "module":
-            return _skipped(cap.handle.id, "inplace=True is for functions that write into their tensor arguments, not nn.Modules", cap.callers)
+            return TargetResult.skipped(cap.handle.id, "inplace=True is for functions that write into their tensor arguments, not nn.Modules", cap.callers)
         if h.kind == "module" and h.options.inputs is not None:
-            return _skipped(cap.handle.id, "inputs= is for plain functions; an nn.Module target is optimized on the calls its tests make", cap.callers)
+            return TargetResult.skipped(cap.handle.id, "inputs= is for plain functions; an nn.Module target is optimized on the calls its tests make", cap.callers)
         qualname = h.owner.__qualname__ if h.owner is not None else h.reference.__qualname__
         module_name = h.owner.__module__ if h.owner is not None else h.reference.__module__
         if "<locals>" in qualname or h.source_file is None:
-            return _skipped(cap.handle.id, "defined inside a function: a worker cannot import it", cap.callers)
+            return TargetResult.skipped(cap.handle.id, "defined inside a function: a worker cannot import it", cap.callers)
         if self.settings.device_for(h.options.lang) == "cuda" and not _cuda_available():
-            return _skipped(cap.handle.id, "lang='cuda' needs a CUDA device, and this machine has none", cap.callers)
+            return TargetResult.skipped(cap.handle.id, "lang='cuda' needs a CUDA device, and this machine has none", cap.callers)
         if h.options.inputs is not None:
             captured = captured + [self._declared_inputs(cap)]
         if not captured:
             why = "no test called it and it has no inputs=" if not cap.calls else "no call could be captured (" + ", ".join(cap.skipped) + ")"
-            return _skipped(cap.handle.id, why, cap.callers)
+            return TargetResult.skipped(cap.handle.id, why, cap.callers)
         o = h.options
         info = TargetInfo(h.id, module_name, qualname, Path(h.source_file), h.kind, o.lang, o.atol, o.rtol, o.min_speedup, o.budget, o.inplace)
         self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
         result = search_target(info, captured, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, cap.handle.id, cap.callers, self.root, store)
-        entry["kind"] = h.kind
-        if entry.get("range_limited"):
-            entry["accept_range_limited"] = accepts_range_limited(h.id, o.accept_range_limited, self.settings.accept_range_limited)
-        if entry["status"] == "faster":
+        entry.kind = h.kind
+        if entry.range_limited:
+            entry.accept_range_limited = accepts_range_limited(h.id, o.accept_range_limited, self.settings.accept_range_limited)
+        if entry.status == TargetStatus.FASTER:
             with self._oracle_lock:  # the re-run benchmarks time too
-                entry.update(self._verify(result, cap, entry))
+                self._verify(cap, entry)
         return entry
 
-    def _optimize_program(self, program: Any, store: Any, run_id: int, run_meter: Any = None) -> dict[str, Any]:
+    def _optimize_program(self, program: Any, store: Any, run_id: int, run_meter: Any = None) -> TargetResult:
         from .search.loop import search_program
         from .targets.lock import sha256_text
 
         if program.id in self.recorder.targets:
             why = f"a marked Python target is also called {program.id}; rename [tool.maxcode.programs.{program.id}]"
-            return dict(_skipped(program.id, why, []), kind="program")
+            return TargetResult.skipped(program.id, why, [], kind="program")
         self._say(f"{program.id}: program {program.source}, test cases in {program.testcases}")
         result = search_program(program, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, program.id, [w["name"] for w in result.workloads], self.root, store)
-        entry["kind"] = "program"
-        if entry.get("range_limited"):
-            entry["accept_range_limited"] = accepts_range_limited(program.id, None, self.settings.accept_range_limited)
-        entry["reference"] = {"program": True, "file": program.source.as_posix(), "testcases": program.testcases.as_posix(),
-                              "hash": sha256_text(result.state.reference_source)}
-        if entry["status"] == "faster":
+        entry.kind = "program"
+        if entry.range_limited:
+            entry.accept_range_limited = accepts_range_limited(program.id, None, self.settings.accept_range_limited)
+        entry.reference = {"program": True, "file": program.source.as_posix(), "testcases": program.testcases.as_posix(),
+                           "hash": sha256_text(result.state.reference_source)}
+        if entry.status == TargetStatus.FASTER:
             with self._oracle_lock:
-                entry.update(self._verify_program(program, entry))
+                self._verify_program(program, entry)
         return entry
 
-    def _verify_program(self, program: Any, entry: dict[str, Any]) -> dict[str, Any]:
+    def _verify_program(self, program: Any, entry: TargetResult) -> None:
         """The written rewrite, compiled afresh, on every test case once more: what apply and the bot ship."""
         from .oracle.program import rerun_test_cases
 
-        best = entry["best"]
-        text = (self.root / best["source_path"]).read_text()
-        self._say(f"{program.id}: re-running its test cases with {Path(best['source_path']).name}")
+        assert entry.best is not None  # only a target with a faster kernel is verified
+        best = entry.best
+        text = (self.root / best.source_path).read_text()
+        self._say(f"{program.id}: re-running its test cases with {Path(best.source_path).name}")
         passed, summary = rerun_test_cases(program, self.root, text, self.settings.sandbox)
-        tests: dict[str, Any] = {"rerun": entry["tests"]["rerun"], "passed": passed, "summary": summary}
-        reason = entry["reason"]
+        tests = RerunResult(rerun=entry.tests.rerun, passed=passed, summary=summary)
+        reason = entry.reason
         if not passed:
             reason = f"the program's test cases did not pass on a fresh build: {summary}"
         elif program.tests:
@@ -427,14 +450,15 @@ class MaxcodeSession:
             self._say(f"{program.id}: re-running {' '.join(program.tests)} with the rewrite in a copy of the project")
             run = run_tests_with_file(self.root, program.source, text, list(program.tests), program.id)
             passed = run.passed
-            tests.update(rerun=tests["rerun"] + list(program.tests), pytest=list(program.tests), passed=passed,
-                         summary=f"{summary}; {' '.join(program.tests)}: {run.summary}")
+            tests = RerunResult(rerun=tests.rerun + list(program.tests), passed=passed, pytest=list(program.tests),
+                             summary=f"{summary}; {' '.join(program.tests)}: {run.summary}")
             if not passed:
                 reason = f"the project's tests failed with the rewrite in place: {run.summary}"
-        verified = passed and not entry["weak_check"]
-        if passed and entry["weak_check"]:
+        verified = passed and not entry.weak_check
+        if passed and entry.weak_check:
             reason = "weak check: the test cases could not tell a program that prints the expected output from a real one"
-        return dict(tests=tests, verified=verified, status="verified" if verified else "not_verified", reason=reason)
+        entry.tests, entry.verified, entry.reason = tests, verified, reason
+        entry.status = TargetStatus.VERIFIED if verified else TargetStatus.NOT_VERIFIED
 
     def _declared_inputs(self, cap: TargetCapture) -> Path:
         import torch
@@ -448,32 +472,27 @@ class MaxcodeSession:
         torch.save({"signature": sig, "sets": [values]}, path)
         return path
 
-    def _verify(self, result: Any, cap: TargetCapture, entry: dict[str, Any]) -> dict[str, Any]:
+    def _verify(self, cap: TargetCapture, entry: TargetResult) -> None:
+        """The user's tests (and benchmarks) re-run with the written kernel forced in."""
         from .verify import verify
 
-        best = entry["best"]
-        self._say(f"{cap.handle.id}: re-running {len(cap.callers)} test(s) with {Path(best['source_path']).name}")
+        assert entry.best is not None  # only a target with a faster kernel is verified
+        best = entry.best
+        self._say(f"{cap.handle.id}: re-running {len(cap.callers)} test(s) with {Path(best.source_path).name}")
         checked = verify(
-            self.root, cap.handle.id, cap.callers, cap.benchmark_callers, self.root / best["source_path"],
-            best["lang"], entry["device"], entry["outputs"], entry.get("returns"),
+            self.root, cap.handle.id, cap.callers, cap.benchmark_callers, self.root / best.source_path,
+            best.lang, entry.device or "cpu", entry.outputs or {}, entry.returns,
         )
-        verified = bool(checked["tests"]["passed"]) and not entry["weak_check"]
-        status = "verified" if verified else "not_verified"
-        reason = entry["reason"]
-        if not checked["tests"]["passed"]:
-            reason = f"the user's tests did not pass with it: {checked['tests']['summary']}"
-        elif entry["weak_check"]:
-            reason = "weak check: the outputs could not tell a no-op kernel from a real one"
-        return dict(checked, verified=verified, status=status, reason=reason)
-
-
-def _skipped(target_id: str, reason: str, rerun: list[str]) -> dict[str, Any]:
-    return {
-        "id": target_id, "status": "skipped", "reason": reason, "speedup": None, "speedup_ci": None,
-        "verified": False, "weak_check": False, "baseline_s": None, "best_s": None, "workloads": [],
-        "candidates": {"tried": 0, "correct": 0, "faster": 0, "failed": {}}, "best": None,
-        "tests": {"rerun": rerun, "passed": None, "summary": ""}, "benchmarks": [], "trajectory": [], "elapsed_s": 0.0,
-    }
+        tests = checked["tests"]
+        entry.tests = RerunResult(rerun=list(tests["rerun"]), passed=tests["passed"], summary=tests["summary"],
+                               kernel_calls=tests.get("kernel_calls"))
+        entry.benchmarks = checked["benchmarks"]
+        entry.verified = bool(tests["passed"]) and not entry.weak_check
+        entry.status = TargetStatus.VERIFIED if entry.verified else TargetStatus.NOT_VERIFIED
+        if not tests["passed"]:
+            entry.reason = f"the user's tests did not pass with it: {tests['summary']}"
+        elif entry.weak_check:
+            entry.reason = "weak check: the outputs could not tell a no-op kernel from a real one"
 
 
 def _cuda_available() -> bool:
@@ -491,13 +510,13 @@ def _machine(device: str) -> dict[str, Any]:
     return {k: fp[k] for k in ("host", "cpu", "cores", "torch", "device", "gpu") if k in fp}
 
 
-def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Any = None) -> dict[str, Any]:
+def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Any = None) -> TargetResult:
     """The report entry for one searched target (verification fills in the rest)."""
     from .native.build import cuda_arch
     from .report.tree import best_so_far_curve, curves_by_strategy
 
     state = result.state
-    entry = _skipped(target_id, "", rerun)
+    entry = TargetResult.skipped(target_id, "", rerun)
     failed: dict[str, int] = {}
     trajectory = []
     for node in state.trajectory:
@@ -516,7 +535,7 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     # the report's one rule for "best" (a faster node, lowest own time), so the curve ends on the quoted number
     for row, (_, best) in zip(trajectory, best_so_far_curve(trajectory)):
         row["best_so_far"] = best
-    entry["search"] = {
+    entry.search = {
         "strategy": result.strategy, "policy": result.policy, "llm": result.llm, "observation": result.observation,
         "critic": result.critic, "stop_reason": result.stop_reason, "llm_calls": result.llm_calls, "tokens": result.tokens,
         "cost_usd": round(result.cost_usd, 6), "evaluations": len(state.trajectory),
@@ -524,31 +543,28 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     }
     correct = [n.verdict for n in state.trajectory if n.verdict.correct]
     # the sandbox the candidates ran in (one oracle per target, so one value); a weak one is flagged everywhere
-    entry["sandbox"] = next((n.verdict.sandbox for n in state.trajectory if n.verdict.sandbox), "")
-    entry.update(
-        elapsed_s=round(result.elapsed_s, 3),
-        trajectory=trajectory,
-        candidates={"tried": len(state.trajectory), "correct": len(correct), "faster": sum(v.status == "faster" for v in correct), "failed": failed},
-        stop_reason=result.stop_reason,
-        device=result.device,
-    )
-    entry["arch"] = cuda_arch() if entry["device"] == "cuda" else platform.machine()
-    entry["reference"] = {"module": result.target.module, "qualname": result.target.qualname, "file": str(result.target.source_file.resolve().relative_to(root.resolve()))}
+    entry.sandbox = next((n.verdict.sandbox for n in state.trajectory if n.verdict.sandbox), "")
+    entry.elapsed_s = round(result.elapsed_s, 3)
+    entry.trajectory = trajectory
+    entry.candidates = CandidateCounts(len(state.trajectory), len(correct), sum(v.status == "faster" for v in correct), failed)
+    entry.stop_reason, entry.device = result.stop_reason, result.device
+    entry.arch = cuda_arch() if entry.device == "cuda" else platform.machine()
+    entry.reference = {"module": result.target.module, "qualname": result.target.qualname, "file": str(result.target.source_file.resolve().relative_to(root.resolve()))}
     if result.error:
-        entry.update(status="failed", reason=result.error)
+        entry.status, entry.reason = TargetStatus.FAILED, result.error
         return entry
     best = state.best
     if (best is None or not best.verdict.correct) and result.stop_reason.startswith("the model is unavailable"):
-        entry.update(status="failed", reason=result.stop_reason)  # the search never really ran
+        entry.status, entry.reason = TargetStatus.FAILED, result.stop_reason  # the search never really ran
         return entry
     if best is None or not best.verdict.correct:
-        entry.update(status="no_speedup", reason=f"no candidate was correct ({result.stop_reason})")
+        entry.status, entry.reason = TargetStatus.NO_SPEEDUP, f"no candidate was correct ({result.stop_reason})"
         return entry
     p, v = best.proposal, best.verdict
     wl_diag = v.diagnostics.get("workloads", {})
     outputs = {key: w.get("outputs", []) for w in result.workloads for key in w["arg_keys"]}
     signatures = [w["layout"] for w in result.workloads]
-    entry["workloads"] = [
+    entry.workloads = [
         {
             "name": w["name"], "signature": w["signature"], "n_sets": w.get("n_sets", 0),
             "speedup": wl_diag.get(w["name"], {}).get("speedup"), "speedup_ci": wl_diag.get(w["name"], {}).get("speedup_ci"),
@@ -562,17 +578,16 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     path = kernels / f"{target_id}{EXT[p.spec.lang]}"
     build = v.diagnostics.get("build") or {}  # the verified library's hash, for the lock
     path.write_text(p.spec.text)
-    entry.update(
-        speedup=v.speedup, speedup_ci=v.speedup_ci, weak_check=v.weak_check, baseline_s=v.reference_s, best_s=v.candidate_s,
-        range_limited=v.range_limited,
-        best={"source_path": str(path.relative_to(root)), "hash": v.hash, "lang": p.spec.lang, "origin": p.origin, "params": p.params,
-              **{k: build[k] for k in ("build_id", "sha256") if build.get(k)}},
-        outputs=outputs, signatures=signatures,
-    )
+    entry.speedup, entry.speedup_ci, entry.weak_check = v.speedup, v.speedup_ci, v.weak_check
+    entry.baseline_s, entry.best_s, entry.range_limited = v.reference_s, v.candidate_s, v.range_limited
+    entry.best = BestKernel(str(path.relative_to(root)), v.hash, p.spec.lang, p.origin, dict(p.params),
+                            build_id=build.get("build_id") or None, sha256=build.get("sha256") or None)
+    entry.outputs, entry.signatures = outputs, signatures
     if result.target.inplace:
-        entry["returns"] = next((w.get("returns") for w in result.workloads if w.get("returns")), "none")
+        entry.returns = next((w.get("returns") for w in result.workloads if w.get("returns")), "none")
     if v.status == "faster":
-        entry.update(status="faster", reason=v.reasons[0] if v.reasons else "")
+        entry.status, entry.reason = TargetStatus.FASTER, v.reasons[0] if v.reasons else ""
     else:
-        entry.update(status="no_speedup", reason=f"the best correct candidate is not faster: {v.reasons[0] if v.reasons else ''}")
+        entry.status = TargetStatus.NO_SPEEDUP
+        entry.reason = f"the best correct candidate is not faster: {v.reasons[0] if v.reasons else ''}"
     return entry

@@ -307,7 +307,7 @@ def test_best_so_far_counts_only_faster_nodes(tmp_path: Path) -> None:
     result = SimpleNamespace(state=SimpleNamespace(trajectory=nodes, best=None), target=target, strategy="sweep", policy="builtin",
                              llm=None, observation=None, critic="rules", stop_reason="the budget is spent", llm_calls=0, tokens=0,
                              cost_usd=0.0, elapsed_s=1.0, workloads=[], error=None, device="cpu")
-    entry = _target_report(result, "lib.f", [], tmp_path)
+    entry = _target_report(result, "lib.f", [], tmp_path).to_json()
     assert [t["best_so_far"] for t in entry["trajectory"]] == [2.0, 2.0, 2.0, 3.0]
     assert entry["candidates"]["failed"] == {"wrong": 1}
 

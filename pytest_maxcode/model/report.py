@@ -1,0 +1,185 @@
+"""The report's records: one :class:`TargetResult` per target, under one :class:`Report`.
+
+The report is the contract between a run, ``maxcode apply``, the bot and anyone's tools, and
+``report/schema.json`` publishes it. The session builds these types, and ``to_json`` is the
+one place that turns them into the published shape; ``from_json`` reads a report written
+by this or another version (unknown keys are kept in ``extra`` and written back), so a
+filtered run can carry the previous report's other targets over unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+#: the JSON a report holds below the typed fields (a workload row, a trajectory row, ...)
+Json = dict[str, Any]
+
+
+class TargetStatus(str, Enum):
+    """Where a target ended. ``FASTER`` is the search's interim answer, before the user's
+    tests re-ran with the kernel; a written report never holds it."""
+
+    VERIFIED = "verified"
+    NOT_VERIFIED = "not_verified"
+    NO_SPEEDUP = "no_speedup"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    FASTER = "faster"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+@dataclass
+class CandidateCounts:
+    tried: int = 0
+    correct: int = 0
+    faster: int = 0
+    #: failure status -> how many candidates ended so
+    failed: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class RerunResult:
+    """The user's tests re-run with the kernel in place (``passed`` None: none was re-run)."""
+
+    rerun: list[str] = field(default_factory=list)
+    passed: bool | None = None
+    summary: str = ""
+    #: a program target's own pytest tests, re-run in a copy of the project holding the rewrite
+    pytest: list[str] | None = None
+    #: calls that reached the kernel in the re-run (a run that never reached it proves nothing)
+    kernel_calls: int | None = None
+
+
+@dataclass
+class BestKernel:
+    """The kernel a target's numbers belong to, as written under ``.maxcode/reports/kernels``."""
+
+    source_path: str
+    hash: str
+    lang: str
+    origin: str
+    params: dict[str, Any] = field(default_factory=dict)
+    build_id: str | None = None
+    sha256: str | None = None
+
+
+#: keys written only when set (the schema does not require them)
+_OPTIONAL = ("kind", "sandbox", "search", "range_limited", "accept_range_limited", "stop_reason", "device", "arch",
+             "reference", "outputs", "signatures", "returns")
+
+
+@dataclass
+class TargetResult:
+    """One target's entry in the report."""
+
+    id: str
+    status: TargetStatus
+    reason: str = ""
+    kind: str | None = None
+    speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    verified: bool = False
+    weak_check: bool = False
+    baseline_s: float | None = None
+    best_s: float | None = None
+    workloads: list[Json] = field(default_factory=list)
+    candidates: CandidateCounts = field(default_factory=CandidateCounts)
+    best: BestKernel | None = None
+    tests: RerunResult = field(default_factory=RerunResult)
+    benchmarks: list[Json] = field(default_factory=list)
+    trajectory: list[Json] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    sandbox: str | None = None
+    search: Json | None = None
+    range_limited: str | None = None
+    accept_range_limited: bool | None = None
+    stop_reason: str | None = None
+    device: str | None = None
+    arch: str | None = None
+    reference: Json | None = None
+    #: per workload argument key, the outputs' layouts (what verification compares)
+    outputs: dict[str, list[Any]] | None = None
+    signatures: list[Any] | None = None
+    #: an in-place function's return convention ("none", "first", ...)
+    returns: str | None = None
+    #: keys this version does not know: written by a newer one, or added by a plugin
+    extra: Json = field(default_factory=dict)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "status" and not isinstance(value, TargetStatus):
+            try:
+                value = TargetStatus(value)
+            except ValueError:
+                raise ValueError(f"unknown target status {value!r}") from None
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def skipped(cls, target_id: str, reason: str, rerun: list[str], kind: str | None = None) -> TargetResult:
+        return cls(target_id, TargetStatus.SKIPPED, reason, kind=kind, tests=RerunResult(rerun=list(rerun)))
+
+    def to_json(self) -> Json:
+        out: Json = {}
+        for f in fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if f.name in _OPTIONAL and value is None:
+                continue
+            out[f.name] = _plain(value)
+        out["tests"] = {k: v for k, v in out["tests"].items() if v is not None or k == "passed"}
+        if self.best is not None:
+            out["best"] = {k: v for k, v in out["best"].items() if v is not None or k not in ("build_id", "sha256")}
+        return {**self.extra, **out}
+
+    @classmethod
+    def from_json(cls, data: Json) -> TargetResult:
+        known = {f.name for f in fields(cls)} - {"extra"}
+        kw: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+        kw["candidates"] = CandidateCounts(**_known(CandidateCounts, data.get("candidates") or {}))
+        kw["tests"] = RerunResult(**_known(RerunResult, data.get("tests") or {}))
+        best = data.get("best")
+        kw["best"] = BestKernel(**_known(BestKernel, best)) if isinstance(best, dict) else None
+        return cls(**kw, extra={k: v for k, v in data.items() if k not in known})
+
+
+@dataclass
+class Report:
+    """A run's report: the machine and options it ran with, and its targets."""
+
+    tool_version: str
+    created_at: str
+    machine: Json
+    options: Json
+    targets: list[TargetResult]
+    schema_version: int = 1
+
+    def to_json(self) -> Json:
+        return {
+            "schema_version": self.schema_version, "tool_version": self.tool_version, "created_at": self.created_at,
+            "machine": dict(self.machine), "options": dict(self.options), "targets": [t.to_json() for t in self.targets],
+        }
+
+
+def _known(cls: type, data: Json) -> Json:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _plain(value: Any) -> Any:
+    """The JSON shape of a field's value: nested records become dicts, enums their strings."""
+    if isinstance(value, Enum):
+        return value.value
+    if hasattr(value, "__dataclass_fields__"):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {(k.value if isinstance(k, Enum) else k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
