@@ -277,6 +277,55 @@ PyObject* run_into(PyObject*, PyObject* const* a, Py_ssize_t n) {
   }
 }
 
+// signature(args) -> bytes, or None where the call cannot take a cached plan.
+// What fixes a call's outputs and whether the kernel may run: per tensor its dtype, device,
+// contiguity and sizes; per int/float/bool scalar its value. None for a tensor that requires
+// grad (autograd needs the reference) or any other kind of argument.
+PyObject* signature(PyObject*, PyObject* args) {
+  PyObject* fast = PySequence_Fast(args, "the arguments must be a sequence");
+  if (!fast) return nullptr;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  PyObject** items = PySequence_Fast_ITEMS(fast);
+  c10::SmallVector<int64_t, 64> words;
+  bool cacheable = true;
+  for (Py_ssize_t i = 0; cacheable && i < n; ++i) {
+    PyObject* v = items[i];
+    if (THPVariable_Check(v)) {
+      const at::Tensor& t = THPVariable_Unpack(v);
+      if (t.requires_grad()) { cacheable = false; break; }
+      auto dev = t.device();
+      words.push_back(1);
+      words.push_back(static_cast<int64_t>(t.scalar_type()));
+      words.push_back(static_cast<int64_t>(dev.type()) * 65536 + dev.index());
+      words.push_back(t.is_contiguous() ? 1 : 0);
+      words.push_back(t.dim());
+      auto sizes = t.sizes();
+      words.append(sizes.begin(), sizes.end());
+    } else if (PyBool_Check(v)) {
+      words.push_back(2);
+      words.push_back(v == Py_True);
+    } else if (PyLong_CheckExact(v)) {
+      int overflow = 0;
+      long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+      if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); cacheable = false; break; }
+      words.push_back(3);
+      words.push_back(x);
+    } else if (PyFloat_CheckExact(v)) {
+      double x = PyFloat_AS_DOUBLE(v);
+      int64_t bits;
+      std::memcpy(&bits, &x, sizeof bits);
+      words.push_back(4);
+      words.push_back(bits);
+    } else {
+      cacheable = false;
+    }
+  }
+  Py_DECREF(fast);
+  if (!cacheable) Py_RETURN_NONE;
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words.data()),
+                                   static_cast<Py_ssize_t>(words.size() * sizeof(int64_t)));
+}
+
 PyObject* set_abi_error(PyObject*, PyObject* cls) {
   if (!PyExceptionClass_Check(cls)) {
     PyErr_SetString(PyExc_TypeError, "an exception class");
@@ -303,6 +352,7 @@ PyMethodDef methods[] = {
      "run(fn, args, extras, out_meta, device, stream): allocate, describe, call; outputs or the non-zero code"},
     {"run_into", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_into)), METH_FASTCALL,
      "run_into(fn, args, extras, outs, alloc_meta, device, stream): call writing into outs; the code"},
+    {"signature", signature, METH_O, "signature(args): bytes naming what a cached call plan depends on, or None"},
     {"set_abi_error", set_abi_error, METH_O, "the exception raised for arguments the ABI cannot carry"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a maxcode_run that does nothing"},
     {nullptr, nullptr, 0, nullptr},

@@ -15,8 +15,9 @@ import json
 import os
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .handle import TargetHandle
 from .lock import LOCK_NAME, LockEntry
@@ -39,7 +40,9 @@ def entry_state(entry: LockEntry, root: Path, reference_hash: str | None) -> tup
 
             if not torch.cuda.is_available():
                 return "device-mismatch", "verified on CUDA; no GPU here"
-            from ..native.build import cuda_arch  # loaded with the first kernel, not with the package: keeps start-up fast
+            from ..native.build import (
+                cuda_arch,  # loaded with the first kernel, not with the package: keeps start-up fast
+            )
 
             if entry.arch and entry.arch != cuda_arch():
                 return "device-mismatch", f"verified on {entry.arch}; this GPU is {cuda_arch()}"
@@ -129,7 +132,15 @@ def arg_class(v: Any) -> tuple:
     return (type(v).__name__,)
 
 
+#: call plans kept per dispatcher (one per distinct argument signature); later ones take the checked path
+MAX_PLANS = 256
+
+
 class NativeDispatcher:
+    """An accepted native kernel. The first call of each argument signature goes through every
+    check (device, autograd, verified layouts, output shapes); later calls with the same
+    signature go straight to the compiled call path, about 1-2 µs in all."""
+
     def __init__(self, handle: TargetHandle, entry: LockEntry, root: Path) -> None:
         self.handle = handle
         self.entry = entry
@@ -148,6 +159,11 @@ class NativeDispatcher:
         }
         sigs = entry.extra.get("signatures")
         self.signatures = {tuple(tuple(a) for a in s) for s in sigs} if sigs else None
+        #: the compiled call path once loaded (None: every call takes the checked path below)
+        self.fast: Any = None
+        #: call plans by the helper's argument signature: calls that every check below already
+        #: let through once, with the same dtypes, devices, contiguity, sizes and scalar values
+        self.plans: dict[bytes, list[tuple[Any, Any]]] = {}
 
     def _fallback(self, key: str, message: str) -> None:
         self.handle.warn_once(key, f"{message}; using the reference")
@@ -162,9 +178,11 @@ class NativeDispatcher:
         with self.lock:
             if self.kernel is None:
                 # the ABI and the build load ctypes and the compiler's tools: keeps start-up fast
-                from ..native import build
+                from ..native import build, callpath
                 from ..native.abi import NativeKernel
 
+                # the compiled call path (built once per torch version); else ctypes, said once
+                helper = callpath.load()
                 result = self._verified_build()
                 sealed = build.sealed_library(result)
                 try:
@@ -174,6 +192,9 @@ class NativeDispatcher:
                         raise
                     # a memory file the loader may not map executable (vm.memfd_noexec): the checked file
                     self.kernel = NativeKernel(str(build.verified_library(result)))
+                # plans only where nothing else varies per call: CPU functions that return new tensors
+                if self.device == "cpu" and self.handle.kind == "function" and not self.handle.options.inplace:
+                    self.fast = helper
         return self.kernel
 
     def _verified_build(self) -> Any:
@@ -209,6 +230,24 @@ class NativeDispatcher:
         return result
 
     def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        fast = self.fast
+        if fast is not None and not kwargs:
+            sig = fast.signature(args)
+            meta = self.plans.get(sig) if sig is not None else None
+            if meta is not None:
+                try:
+                    outs = fast.run(self.kernel.address, args, (), meta, None, None)
+                except Exception:  # noqa: BLE001 - the checked path reports it and falls back
+                    return self._checked(ref, args, kwargs)
+                if outs.__class__ is not int:
+                    self.calls += 1
+                    return outs[0] if len(outs) == 1 else tuple(outs)
+                self._fallback("rc", f"the kernel returned {outs}")
+                return ref(*args)
+        return self._checked(ref, args, kwargs)
+
+    def _checked(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """Every check, then the call; a call that passed them all leaves a plan for its signature."""
         import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
         if kwargs:
@@ -247,13 +286,20 @@ class NativeDispatcher:
         outs = self._run(call_args, extras, tensors, meta)
         if outs is None:
             return ref(*args)
+        if self.fast is not None and len(self.plans) < MAX_PLANS:
+            sig = self.fast.signature(args)
+            if sig is not None:
+                self.plans[sig] = meta
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _run(self, call_args: tuple, extras: list, tensors: list, meta: list) -> list | None:
         """Run the kernel; ``None`` (after one warning) means: use the reference."""
         import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
-        from ..native.abi import KernelError, call_native  # loaded with the first kernel, not with the package: keeps start-up fast
+        from ..native.abi import (  # loaded with the first kernel, not with the package: keeps start-up fast
+            KernelError,
+            call_native,
+        )
 
         try:
             kernel = self.kernel or self._load()
