@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -30,6 +30,9 @@ from .model.report import (
 from .options import Settings, accepts_range_limited
 from .targets.capture import Recorder, TargetCapture
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
+
+if TYPE_CHECKING:
+    from .store import Store
 
 EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
 #: the tests passed but maxcode failed: a search failed, or --maxcode-target matched nothing
@@ -351,7 +354,7 @@ class MaxcodeSession:
         for service in self._services():
             service.abort()
 
-    def _keep_cut_batch(self, store: Any, run_id: int) -> None:
+    def _keep_cut_batch(self, store: Store, run_id: int) -> None:
         """The evaluations of the batch Ctrl-C cut short become nodes (without a parent), so
         ``maxcode show`` lists every finished evaluation of an interrupted run."""
         from .model.verdict import Verdict
@@ -372,13 +375,13 @@ class MaxcodeSession:
                            status=row["status"], reward=r, speedup=row["speedup"], candidate_s=row["candidate_s"],
                            reasons=(row["reasons"] or [])[:3], llm_call_id=None)
 
-    def _search_context(self, store: Any, run_id: int, run_meter: Any) -> Any:
+    def _search_context(self, store: Store, run_id: int, run_meter: Any) -> Any:
         from .search.loop import SearchContext
 
         return SearchContext(store, run_id, self._progress, hook=self.config.hook, llm=self.llm, run_meter=run_meter,
                              oracle_lock=self._oracle_lock, critic_llm=self.critic_llm, scorer_llm=self.scorer_llm)
 
-    def _optimize(self, cap: TargetCapture, captured: list[Path], store: Any, run_id: int, run_meter: Any = None) -> TargetResult:
+    def _optimize(self, cap: TargetCapture, captured: list[Path], store: Store, run_id: int, run_meter: Any = None) -> TargetResult:
         from .search.loop import search_target
         from .search.policy import TargetInfo
 
@@ -411,7 +414,7 @@ class MaxcodeSession:
                 self._verify(cap, entry)
         return entry
 
-    def _optimize_program(self, program: Any, store: Any, run_id: int, run_meter: Any = None) -> TargetResult:
+    def _optimize_program(self, program: Any, store: Store, run_id: int, run_meter: Any = None) -> TargetResult:
         from .search.loop import search_program
         from .targets.lock import sha256_text
 
@@ -510,7 +513,7 @@ def _machine(device: str) -> dict[str, Any]:
     return {k: fp[k] for k in ("host", "cpu", "cores", "torch", "device", "gpu") if k in fp}
 
 
-def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Any = None) -> TargetResult:
+def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Store | None = None) -> TargetResult:
     """The report entry for one searched target (verification fills in the rest)."""
     from .native.build import cuda_arch
     from .report.tree import best_so_far_curve, curves_by_strategy

@@ -17,14 +17,17 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..errors import MaxcodeError
-from ..options import MIN_SPEEDUP
+from ..model.protocols import EvaluationStore
+from ..model.verdict import UNDECIDED_WIDTH, Verdict, undecided
 from ..native import build as build_mod
+from ..options import MIN_SPEEDUP
 from ..sandbox import isolation as isolation_mod
 from ..sandbox.isolation import Isolation, Limits, resolve
 from . import timing
@@ -42,7 +45,6 @@ from .protocol import ProtocolError
 from .reference import ReferenceSpec
 from .remote import _maxcode_ranges as ranges
 from .remote import _maxcode_shm as shm
-from ..model.verdict import UNDECIDED_WIDTH, Verdict, undecided
 
 NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 GiB = 1 << 30
@@ -107,7 +109,7 @@ class CandidateSpec:
     text: str
 
     @classmethod
-    def from_path(cls, path: str | Path) -> "CandidateSpec":
+    def from_path(cls, path: str | Path) -> CandidateSpec:
         p = Path(path)
         if not p.is_file():
             raise MaxcodeError(f"candidate {p}: no such file")
@@ -165,7 +167,7 @@ class Oracle:
         config: CheckConfig,
         root: Path,
         *,
-        store: Any = None,
+        store: EvaluationStore | None = None,
         run_id: int | None = None,
         progress: Callable[[str], None] | None = None,
         candidates_hint: Sequence[CandidateSpec] = (),
@@ -275,11 +277,11 @@ class Oracle:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def __enter__(self) -> "Oracle":
+    def __enter__(self) -> Oracle:
         self.prepare()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

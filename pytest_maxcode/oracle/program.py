@@ -31,17 +31,24 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import MaxcodeError
+from ..model.protocols import EvaluationStore
+from ..model.verdict import Verdict
 from ..native import program as native
+from ..sandbox.env import scrubbed_env
+from ..sandbox.isolation import Limits, resolve
 from ..targets.lock import sha256_text
 from ..targets.program import ProgramTarget
 from . import stats
-from .check import CandidateSpec, CheckConfig, confirmed, decide, sandbox_warning, second_measurement
-from ..sandbox.isolation import Limits, resolve
-from ..sandbox.env import scrubbed_env
-from ..model.verdict import Verdict
+from .check import (
+    CandidateSpec,
+    CheckConfig,
+    confirmed,
+    decide,
+    sandbox_warning,
+    second_measurement,
+)
 
 MiB = 1 << 20
 
@@ -78,7 +85,7 @@ def workload_signatures(tests: Sequence[native.TestCase]) -> list[str]:
 class ProgramOracle:
     """Verifies and times rewrites of one C++ program; the ``Oracle`` interface, without a worker."""
 
-    def __init__(self, program: ProgramTarget, config: CheckConfig, root: Path, *, store: Any = None, run_id: int | None = None,
+    def __init__(self, program: ProgramTarget, config: CheckConfig, root: Path, *, store: EvaluationStore | None = None, run_id: int | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
         self.program = program
         self.config = config
@@ -176,7 +183,7 @@ class ProgramOracle:
         self.prepare()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _cache(self) -> Path:

@@ -47,15 +47,17 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .._extras import missing_message, require
 from ..errors import MaxcodeError
+from ..model.protocols import EvaluationStore
+from ..model.verdict import Verdict
 from .check import VALGRIND_SLOWDOWN, CandidateSpec, CheckConfig, Oracle, Workload
 from .reference import ReferenceSpec
-from ..model.verdict import Verdict
 
 RAY_MISSING = missing_message("ray", "--maxcode-executor=ray")
 #: seconds the pool's actors may take to be placed on the cluster (started, not yet prepared)
@@ -224,7 +226,7 @@ class RayOracle:
         config: CheckConfig,
         root: Path,
         *,
-        store: Any = None,
+        store: EvaluationStore | None = None,
         run_id: int | None = None,
         progress: Callable[[str], None] | None = None,
         candidates_hint: Sequence[CandidateSpec] = (),
@@ -263,11 +265,11 @@ class RayOracle:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def __enter__(self) -> "RayOracle":
+    def __enter__(self) -> RayOracle:
         self.prepare()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def start_builds(self, candidates: Sequence[CandidateSpec]) -> None:
