@@ -45,22 +45,24 @@ def test_a_closed_pr_holds_the_target_until_the_reference_changes_or_a_clearly_f
     (line,) = memory.status_lines(repo.project)
     assert line.startswith(f"{TARGET}: no new pull request: #{one}") and "to lift it" in line and "acme/mylib main" in line
     # the reference changed: the rejection no longer stands
-    changed = run(repo, repo.report(tune(3), 3.2, (2.9, 3.5), reference="ref-2"))
+    repo.change_reference()
+    changed = run(repo, repo.report(tune(3), 3.2, (2.9, 3.5)))
     assert changed.action == "opened", changed.line()
     two = max(fake_github.pulls)
     assert memory.status_lines(repo.project) == []
     fake_github.close_pull(two)
     # 1.5 times the rejected kernel (interval low end 1.5 x 3.2): a new pull request
-    faster = run(repo, repo.report(tune(4), 4.9, (4.8, 5.0), reference="ref-2"))
+    faster = run(repo, repo.report(tune(4), 4.9, (4.8, 5.0)))
     assert faster.action == "opened", faster.line()
     three = max(fake_github.pulls)
     assert three != two and fake_github.pulls[three]["state"] == "open"
     # a margin of 2 holds that one back too
-    stricter = run(repo, repo.report(tune(5), 4.9, (4.8, 5.0), reference="ref-2"), reject_margin=2.0)
+    stricter = run(repo, repo.report(tune(5), 4.9, (4.8, 5.0)), reject_margin=2.0)
     assert stricter.action == "updated"  # an open PR is updated, whatever was closed before it
     fake_github.pulls[three]["labels"].append("maxcode:never")
     fake_github.close_pull(three)
-    never = run(repo, repo.report(tune(1), 50.0, (45.0, 55.0), reference="ref-3"))
+    repo.change_reference()
+    never = run(repo, repo.report(tune(1), 50.0, (45.0, 55.0)))
     assert never.action == "skipped" and "label maxcode:never" in never.detail
     assert f"remove the label maxcode:never from #{three}" in memory.status_lines(repo.project)[0]
 

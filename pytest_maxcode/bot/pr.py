@@ -199,6 +199,17 @@ class Bot:
             path.write_text(text)
             return reference_hash_in_file(path, str(qualname)) == entry.reference_hash
 
+    def reference_hash(self, t: dict[str, Any]) -> str:
+        """The hash of the reference the report's search ran against ('' where it cannot be found):
+        a program's is in the report; a function's is taken from the checkout the report was made in,
+        the way ``maxcode.lock`` hashes it."""
+        ref = t.get("reference") or {}
+        if ref.get("hash"):
+            return str(ref["hash"])
+        if not ref.get("file") or not ref.get("qualname"):
+            return ""
+        return reference_hash_in_file(self.root / str(ref["file"]), str(ref["qualname"])) or ""
+
     def _branch_message(self, branch: str) -> str | None:
         """The commit message at the tip of the bot's branch on the remote (None: no such branch)."""
         git = _gitpython()
@@ -305,13 +316,14 @@ class Bot:
         where = pr_body.Where(branch, kernel_path, kernel_hash, self.project_dir(), self.remote)
         machine = self.report.get("machine") or {}
         title = pr_body.title(t, machine, nums)
-        text = pr_body.body(t, self.report, source=source, where=where, accepted=accepted, nums=nums)
+        text = pr_body.body(t, self.report, source=source, where=where, accepted=accepted, nums=nums,
+                            reference_hash=self.reference_hash(t))
         if self.dry_run:
             return Outcome(t["id"], "would open or update", f"branch {branch} onto {self.base}\n\n# {title}\n\n{text}")
         closed, open_prs = self._pulls(repo, owner, branch)
         # an open PR is the bot's current proposal, reviewed or not: it is kept up to date whatever was closed before it
         held_back = None if open_prs else memory.suppression(
-            t["id"], kernel_hash=kernel_hash, reference=str((t.get("reference") or {}).get("hash") or ""), low=nums.low,
+            t["id"], kernel_hash=kernel_hash, reference=self.reference_hash(t), low=nums.low,
             found=memory.rejections(closed, t["id"]), margin=self.reject_margin)
         if held_back:
             self.suppressed.append(held_back)

@@ -195,9 +195,10 @@ def _ci(ci: Sequence[float] | None) -> str:
 
 
 def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where: Where,
-         accepted: Accepted | None = None, nums: Numbers | None = None) -> str:
+         accepted: Accepted | None = None, nums: Numbers | None = None, reference_hash: str = "") -> str:
     """The pull request's text: the speedup by workload, the warnings, the user's benchmarks and
-    tests re-run, the machine, the search, the source and how to check it, in that order."""
+    tests re-run, the machine, the search, the source and how to check it, in that order.
+    ``reference_hash``: the searched reference's hash, for the marker (the memory of a closed PR)."""
     nums = nums or numbers(t, accepted)
     best = t.get("best") or {}
     lang = str(best.get("lang"))
@@ -205,7 +206,7 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where:
     heading = (f"## ⚡ A faster kernel for {code(t['id'])}: {nums.x}, replacing the accepted {nums.accepted:.3g}x"
                if accepted else f"## ⚡ {code(t['id'])} is {nums.x} faster")
     out = [
-        marker(t["id"], where.kernel_hash, reference=str(ref.get("hash") or ""), nums=nums),
+        marker(t["id"], where.kernel_hash, reference=reference_hash or str(ref.get("hash") or ""), nums=nums),
         heading,
         "",
         _what(t, lang, where.kernel_path, ref),
