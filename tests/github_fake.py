@@ -54,7 +54,7 @@ import traceback
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import github
 import pytest
@@ -139,8 +139,8 @@ class FakeGitHub:
     def __init__(self, owner: str = "acme", repo: str = "mylib", token: str | None = FAKE_GH_TOKEN, *,
                  login: str = "maxcode-bot", default_branch: str = "main",
                  known_branches: set[str] | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._config = dict(owner=owner, repo=repo, token=token, login=login, default_branch=default_branch,
-                            known_branches=known_branches)
+        self._config = {"owner": owner, "repo": repo, "token": token, "login": login, "default_branch": default_branch,
+                        "known_branches": known_branches}
         self.server = HTTPServer(host=host, port=port, threaded=True)
         self._lock = threading.RLock()
         self._routes = self._make_routes()
@@ -148,7 +148,7 @@ class FakeGitHub:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def start(self) -> FakeGitHub:
+    def start(self) -> Self:
         self.server.expect_request(re.compile(r".*")).respond_with_handler(self._handle)
         self.server.start()
         return self
@@ -158,7 +158,7 @@ class FakeGitHub:
         if self.server.is_running():
             self.server.stop()
 
-    def __enter__(self) -> FakeGitHub:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -358,7 +358,7 @@ class FakeGitHub:
                 status, payload, extra = self._dispatch(request, body)
             except ApiError as e:
                 status, payload, extra = e.status, e.payload(), e.headers
-            except Exception as e:  # a bug in the fake: answer 500 and keep the traceback
+            except Exception as e:  # noqa: BLE001  (a bug in the fake: answer 500 and keep the traceback)
                 self.errors.append(traceback.format_exc())
                 status, payload = 500, {"message": f"fake github internal error: {e!r}"}
             record["status"] = status

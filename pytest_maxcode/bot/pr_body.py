@@ -194,11 +194,15 @@ def _ci(ci: Sequence[float] | None) -> str:
     return f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
 
 
-def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where: Where,
-         accepted: Accepted | None = None, nums: Numbers | None = None, reference_hash: str = "") -> str:
+def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where: Where | None = None,
+         accepted: Accepted | None = None, nums: Numbers | None = None, reference_hash: str = "",
+         kernel_path: str = "", kernel_hash: str = "", branch: str = "") -> str:
     """The pull request's text: the speedup by workload, the warnings, the user's benchmarks and
     tests re-run, the machine, the search, the source and how to check it, in that order.
-    ``reference_hash``: the searched reference's hash, for the marker (the memory of a closed PR)."""
+    ``reference_hash``: the searched reference's hash, for the marker (the memory of a closed PR).
+    Keyword-only; ``kernel_path``, ``kernel_hash`` and ``branch`` are the older spelling of a
+    ``where`` at the repository's root, kept for callers from before :class:`Where`."""
+    where = where or Where(branch, kernel_path, kernel_hash)
     nums = nums or numbers(t, accepted)
     best = t.get("best") or {}
     lang = str(best.get("lang"))
