@@ -103,3 +103,17 @@ def test_the_merged_kernel_is_the_baseline(repo: Repo, fake_github: Any) -> None
     message = git.Repo(repo.origin).commit(BRANCH).message
     assert "4.7x" in pr["title"] and "**4.7x** [4.2, 5.2]" in pr["body"] and message.startswith(pr["title"] + "\n")
     assert "4.7x (95% CI [4.2, 5.2])" in message and "4.5x" not in message
+
+
+def test_older_markers_hold_back_only_their_own_kernel() -> None:
+    """A PR opened before markers carried the reference and the speedup: the same kernel stays held
+    back (as before), another one is judged on its own."""
+    from pytest_maxcode.bot.pr_body import marker, numbers, parse_marker_fields
+
+    old = "<!-- maxcode:pr target=m.f kernel=00aa -->\nbody"
+    assert parse_marker_fields(old) == {"target": "m.f", "kernel": "00aa"}
+    new = marker("m.f", "11bb", reference="r1", nums=numbers({"speedup": 3.0, "speedup_ci": [2.5, 3.5]}))
+    assert parse_marker_fields(new) == {"target": "m.f", "kernel": "11bb", "reference": "r1", "speedup": "3", "low": "2.5"}
+    legacy = [memory.Rejection(7, "u", "00aa", "", None, False)]
+    assert memory.suppression("m.f", kernel_hash="00aa", reference="r1", low=9.0, found=legacy) is not None
+    assert memory.suppression("m.f", kernel_hash="22cc", reference="r1", low=1.1, found=legacy) is None
