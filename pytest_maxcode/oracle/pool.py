@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..native import callpath
 from ..sandbox.isolation import Isolation, Limits, Sandboxed, prepare
 from .protocol import Event, ProtocolError, validate
 from ..sandbox.env import scrubbed_env
@@ -203,6 +204,8 @@ class Zygote:
     devices: list[Path] = field(default_factory=list)
     mounts: list[tuple[Path, Path]] = field(default_factory=list)  # (writable source, seen as), bwrap only
     limits: Limits = field(default_factory=Limits)
+    #: hand the worker the compiled call path (native/callpath.py); without it, candidates are called through ctypes
+    call_path: bool = True
     _box: Sandboxed | None = None
 
     @property
@@ -253,7 +256,10 @@ class Zygote:
         self._log = CappedReader(log_r)
         self._log.start()
         self.ctl = parent_sock
-        self._send("setup", self.reference)
+        # the compiled call path, as a sealed copy this process verified: the worker loads it
+        # before any candidate exists (a descriptor, not a path a candidate could swap)
+        helper = callpath.sealed_fd() if self.call_path else None
+        self._send("setup", self.reference, fds=[helper] if helper is not None else None)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         msg = self._recv(timeout)

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from ..native import callpath
 from . import stats
 from .compare import Mismatch, compare
 from .pool import ChildGone, Job, JobTimeout, WorkerFailed
@@ -142,6 +143,12 @@ class WorkloadTiming:
     notes: list[str] = field(default_factory=list)
     #: rounds set aside because a side or the timer waited for a CPU during them
     disturbed: int = 0
+    #: µs a dispatched call of this workload costs besides its kernel (allocation, descriptors,
+    #: the call), measured here with a no-op kernel through the path the worker used; None
+    #: for compat candidates, or without the compiled call path
+    call_overhead_us: float | None = None
+    #: which call path that is: "compiled", or "ctypes: why"
+    call_path: str = ""
 
 
 class _Side:
@@ -273,7 +280,12 @@ def time_workload(
         freeze(True)
         rounds = _Rounds(name, ref, cand, freeze, pool_size, fresh, cfg)
         try:
-            return rounds.run()
+            result = rounds.run()
+            if cfg.native:
+                result.call_path = str(cand_job.zygote.info.get("call_path", ""))
+                if result.call_path == "compiled":
+                    result.call_overhead_us = call_overhead_us(in_meta, out_meta, cfg.device)
+            return result
         finally:
             ref.delay.close()
             cand.delay.close()
@@ -435,6 +447,18 @@ class _Rounds:
                 raise TimingRejected("wrong", f"a timed call gave a wrong result: {mismatch.line()}",
                                      dict(mismatch.details, output=mismatch.output, timed=True))
         self.checked += n
+
+
+_OVERHEAD: dict[str, float | None] = {}
+
+
+def call_overhead_us(in_meta: list, out_meta: list, device: str) -> float | None:
+    """What the compiled call path costs per call for this argument layout, measured in this
+    (trusted) process with the helper's no-op kernel; once per layout and process."""
+    key = repr((in_meta, [(list(shape), dtype) for shape, dtype in out_meta], device))
+    if key not in _OVERHEAD:
+        _OVERHEAD[key] = callpath.overhead_us(in_meta, out_meta, device)
+    return _OVERHEAD[key]
 
 
 def _words(span: torch.Tensor) -> torch.Tensor:

@@ -559,6 +559,18 @@ def _native_abi():
     return sys.modules[name]
 
 
+def _load_call_path(fd: int) -> str:
+    """Load the compiled call path from the sealed copy the trusted side verified, here in the
+    zygote before any candidate exists, so every child inherits it; "compiled", or why ctypes."""
+    try:
+        _native_abi().use_helper(f"/proc/self/fd/{fd}")
+        return "compiled"
+    except (ImportError, OSError) as e:
+        return f"ctypes: the compiled call path does not load ({_one_line_exc(e)})"
+    finally:
+        os.close(fd)
+
+
 class _Candidate:
     """A loaded candidate behind one call signature: run(slot inputs, slot outputs)."""
 
@@ -902,10 +914,8 @@ def _candidate_call(cand, native: bool, extras: list, device: str):
             if direct:
 
                 def into(args: list, outs: list) -> None:
-                    for shape, dt in metas:
-                        torch.empty(shape, dtype=dt)  # the dispatcher's allocation, same cost
-                    rc = cand.kernel.run(abi.TensorArray(abi.as_abi_tensors(args, device) + list(extras)),
-                                         abi.TensorArray(outs), cand.stream)
+                    # the dispatcher's allocation (metas), then the call writing into the slots: same cost
+                    rc = abi.call_into(cand.kernel, args, extras, outs, metas, device, cand.stream)
                     if rc != 0:
                         raise CandidateError("runtime_error", f"maxcode_run returned {rc}")
 
@@ -1240,13 +1250,14 @@ def main(ctl_fd: int, parent: int) -> None:
     except (OSError, AttributeError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    msg, _ = _recv_ctl(ctl)
+    msg, fds = _recv_ctl(ctl)
     ref = None
     try:
         import torch  # noqa: F401 - the expensive import every child then shares
 
+        call_path = _load_call_path(fds[0]) if fds else "ctypes: the trusted side sent no compiled call path"
         ref = Reference(msg[1])
-        _send_ctl(ctl, "ready", {"python": sys.version.split()[0], "torch": torch.__version__})
+        _send_ctl(ctl, "ready", {"python": sys.version.split()[0], "torch": torch.__version__, "call_path": call_path})
     except BaseException as e:  # noqa: BLE001
         _send_ctl(ctl, "setup_error", _one_line_exc(e), traceback.format_exc(limit=6)[-3000:])
         return
