@@ -22,6 +22,7 @@ from ._version import __version__
 from .model.report import (
     BestKernel,
     CandidateCounts,
+    Measurement,
     Report,
     RerunResult,
     TargetResult,
@@ -32,6 +33,7 @@ from .targets.capture import Recorder, TargetCapture
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
 
 if TYPE_CHECKING:
+    from .model.verdict import Verdict
     from .store import Store
 
 EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
@@ -588,9 +590,28 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     entry.outputs, entry.signatures = outputs, signatures
     if result.target.inplace:
         entry.returns = next((w.get("returns") for w in result.workloads if w.get("returns")), "none")
+    entry.measurement = _measurement(v)
+    if v.speedup is not None and v.speedup_ci:
+        from .remeasure import command
+
+        entry.remeasure = {"command": command(target_id), "expect": list(v.speedup_ci)}
     if v.status == "faster":
         entry.status, entry.reason = TargetStatus.FASTER, v.reasons[0] if v.reasons else ""
     else:
         entry.status = TargetStatus.NO_SPEEDUP
         entry.reason = f"the best correct candidate is not faster: {v.reasons[0] if v.reasons else ''}"
     return entry
+
+
+def _measurement(v: Verdict) -> Measurement:
+    """The best verdict's blocks and the machine's noise meanwhile, for every rendering of the report."""
+    d = v.diagnostics
+    blocks = [float(b["speedup"]) for b in d.get("blocks") or [] if isinstance(b, dict) and b.get("speedup") is not None]
+    overhead = d.get("call_overhead_us")
+    return Measurement(
+        blocks=blocks, spread=(d.get("noise") or {}).get("spread"),
+        set_aside=sum(int(n) for n in (d.get("disturbed_rounds") or {}).values() if isinstance(n, (int, float))),
+        notes=[str(n) for n in d.get("timing_notes") or []][:3],
+        call_overhead_us=float(overhead) if isinstance(overhead, (int, float)) else None,
+        kernel_us=round(v.candidate_s * 1e6, 3) if v.candidate_s else None,
+    )

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import DATA
+
 from pytest_maxcode.report import validate
 
 LIB = '''
@@ -195,6 +195,40 @@ def test_json_report_validates_against_its_schema(applied) -> None:
     assert validate(report) == []
     for name in ("report.json", "summary.md", "report.html"):
         assert (path / ".maxcode" / "reports" / name).is_file()
+
+
+def test_every_quoted_speedup_comes_with_its_remeasure_command_and_the_noise(applied) -> None:
+    path, result = applied
+    t = target(path, "mylib.fused")
+    cmd = "maxcode remeasure mylib.fused --repeat 5"
+    assert t["remeasure"] == {"command": cmd, "expect": t["speedup_ci"]}
+    m = t["measurement"]
+    assert len(m["blocks"]) == 3 and all(b > 1.0 for b in m["blocks"]), m
+    assert m["spread"] == pytest.approx(max(m["blocks"]) / min(m["blocks"]), rel=0.01) and m["set_aside"] >= 0
+    lo, hi = t["speedup_ci"]
+    expect = f"each repeat should land in [{lo:.2f}, {hi:.2f}]"
+    flat = " ".join(result.stdout.split())  # the terminal wraps long lines
+    assert cmd in flat and expect in flat and "mylib.fused measured: blocks" in flat, result.stdout[-3000:]
+    summary = (path / ".maxcode" / "reports" / "summary.md").read_text()
+    assert f"`{cmd}`" in summary and expect in summary
+    assert cmd in (path / ".maxcode" / "reports" / "report.html").read_text()
+    assert "remeasure" not in target(path, "mylib.never_called")
+
+
+def test_remeasure_times_the_quoted_kernel_again_in_fresh_processes(applied) -> None:
+    from pytest_maxcode.errors import MaxcodeError
+    from pytest_maxcode.remeasure import remeasure
+
+    path, _ = applied
+    r = remeasure(path, "mylib.fused", 2)
+    # the fused seed wins by 10x or more even on a loaded machine: every repeat measures a speedup
+    assert [v.status for v in r.again] == ["faster", "faster"], [v.reasons for v in r.again]
+    assert all(v.speedup > 2.0 for v in r.again)
+    assert f"{r.inside} of 2 repeats fell inside the quoted" in r.line()
+    with pytest.raises(MaxcodeError, match="mylib.nope is not in"):
+        remeasure(path, "mylib.nope", 1)
+    with pytest.raises(MaxcodeError, match="no measured kernel"):
+        remeasure(path, "mylib.never_called", 1)
 
 
 def test_apply_then_dispatch_then_stale_then_disable(applied) -> None:

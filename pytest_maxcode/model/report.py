@@ -70,9 +70,26 @@ class BestKernel:
     sha256: str | None = None
 
 
+@dataclass
+class Measurement:
+    """How the quoted speedup was measured, and how noisy the machine was meanwhile."""
+
+    #: each block's speedup (fresh processes and buffers, spread over the run)
+    blocks: list[float] = field(default_factory=list)
+    #: the fastest block over the slowest (1.0: the blocks agreed exactly)
+    spread: float | None = None
+    #: timed rounds set aside because other work had the CPU during them
+    set_aside: int = 0
+    #: what the timer noticed ("the machine was too busy for 15 undisturbed rounds", ...)
+    notes: list[str] = field(default_factory=list)
+    #: what one call through the kernel's call path costs, beside the kernel's own time
+    call_overhead_us: float | None = None
+    kernel_us: float | None = None
+
+
 #: keys written only when set (the schema does not require them)
 _OPTIONAL = ("kind", "sandbox", "search", "range_limited", "accept_range_limited", "stop_reason", "device", "arch",
-             "reference", "outputs", "signatures", "returns")
+             "reference", "outputs", "signatures", "returns", "measurement", "remeasure")
 
 
 @dataclass
@@ -109,6 +126,10 @@ class TargetResult:
     signatures: list[Any] | None = None
     #: an in-place function's return convention ("none", "first", ...)
     returns: str | None = None
+    #: how noisy the machine was while the quoted speedup was measured (see :class:`Measurement`)
+    measurement: Measurement | None = None
+    #: how to check the quoted speedup: ``{"command": ..., "expect": [low, high]}``
+    remeasure: Json | None = None
     #: keys this version does not know: written by a newer one, or added by a plugin
     extra: Json = field(default_factory=dict)
 
@@ -146,6 +167,8 @@ class TargetResult:
         kw["tests"] = RerunResult(**_known(RerunResult, data.get("tests") or {}))
         best = data.get("best")
         kw["best"] = BestKernel(**_known(BestKernel, best)) if isinstance(best, dict) else None
+        m = data.get("measurement")
+        kw["measurement"] = Measurement(**_known(Measurement, m)) if isinstance(m, dict) else None
         return cls(**kw, extra={k: v for k, v in data.items() if k not in known})
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._files import write_atomic
 from ._format import (
@@ -22,6 +23,7 @@ from ._format import (
     fmt_counts,
     fmt_time,
     machine_line,
+    measurement_lines,
     options_line,
     sandbox_weak,
     search_brief,
@@ -214,3 +216,6 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
             console.print(line)
     for warning in warning_lines(report):
         console.print(Text(warning, style="bold yellow"))
+    for t in targets:
+        for line in measurement_lines(t):
+            console.print(Text(line, style="dim"))

@@ -7,7 +7,8 @@ Every function tolerates missing or null fields: a report from an interrupted ru
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..model.verdict import undecided
 
@@ -288,6 +289,48 @@ def range_line(t: Mapping[str, Any]) -> str:
     else:
         held = "not applied, no pull request; set accept_range_limited to accept it"
     return f"range-limited: {t.get('id', '?')}: {limited} ({held})"
+
+
+def remeasure_text(t: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A quoted speedup's re-measure command and what each repeat should land in, or None."""
+    r = t.get("remeasure") if isinstance(t, Mapping) else None
+    if not isinstance(r, Mapping) or not r.get("command"):
+        return None
+    expect = r.get("expect")
+    lo, hi = (finite(expect[0]), finite(expect[1])) if isinstance(expect, Sequence) and len(expect) == 2 else (None, None)
+    where = f"each repeat should land in [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "no interval to land in"
+    return str(r["command"]), where
+
+
+def noise_text(t: Mapping[str, Any]) -> str:
+    """How the quoted speedup was measured and how noisy the machine was, in one phrase, or ''."""
+    m = t.get("measurement") if isinstance(t, Mapping) else None
+    if not isinstance(m, Mapping):
+        return ""
+    parts = []
+    blocks = [b for b in (finite(x) for x in m.get("blocks") or []) if b is not None]
+    if blocks:
+        spread = finite(m.get("spread"))
+        parts.append(f"blocks {', '.join(f'{b:.3g}x' for b in blocks)}" + (f" (spread {spread:.2f}x)" if spread else ""))
+    set_aside = int(finite(m.get("set_aside")) or 0)
+    parts.append(f"{set_aside} timed round(s) set aside: other work had the CPU" if set_aside else "no timed round disturbed")
+    overhead, kernel = finite(m.get("call_overhead_us")), finite(m.get("kernel_us"))
+    if overhead is not None:
+        parts.append(f"call overhead {overhead:.3g} us per call" + (f" beside {kernel:.3g} us of kernel" if kernel else ""))
+    return "; ".join(parts)
+
+
+def measurement_lines(t: Mapping[str, Any]) -> list[str]:
+    """Under a quoted speedup: how to re-measure it, and how noisy the machine was."""
+    out = []
+    cmd = remeasure_text(t)
+    speed = fmt_speedup(t.get("speedup"), t.get("speedup_ci"))
+    if cmd is not None:
+        out.append(f"{t.get('id', '?')} {speed}: re-measure with `{cmd[0]}` ({cmd[1]})")
+    noise = noise_text(t)
+    if noise:
+        out.append(f"{t.get('id', '?')} measured: {noise}")
+    return out
 
 
 def warning_lines(report: Mapping[str, Any]) -> list[str]:

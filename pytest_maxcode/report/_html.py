@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from . import _format as f
 from .tree import best_key, best_so_far_curve
@@ -571,6 +572,7 @@ def render_html(report: Mapping[str, Any]) -> str:
             )
         )
         body += [f'<p class="no_speedup">{esc(warning)}</p>' for warning in f.warning_lines(report)]
+        body += [f'<p class="meta">{esc(line)}</p>' for t in targets for line in f.measurement_lines(t)]
         body += [_target_section(t, min_speedup, f"target-{i}") for i, t in enumerate(targets)]
     else:
         body.append("<p>No targets were optimized.</p>")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from . import _format as f
 
@@ -88,6 +89,16 @@ def _target_section(t: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _code_spans(line: str) -> str:
+    """A line whose one backticked command stays a code span; the rest is escaped text."""
+    head, sep, rest = line.partition("`")
+    cmd, sep2, tail = rest.partition("`")
+    if not (sep and sep2):
+        return md_escape(line)
+    fence = "``" if "`" in cmd else "`"
+    return f"{md_escape(head)}{fence}{cmd}{fence}{md_escape(tail)}"
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The whole report as GitHub-flavoured markdown."""
     targets = report.get("targets") or []
@@ -106,6 +117,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     out.append("")
     for warning in f.warning_lines(report):
         out += [f"**{md_escape(warning)}**", ""]
+    measured = [line for t in targets for line in f.measurement_lines(t)]
+    if measured:
+        out += ["Reproduce (run from the project's root):", ""]
+        out += [f"- {_code_spans(line)}" for line in measured]
+        out.append("")
     for t in targets:
         out += _target_section(t)
     return "\n".join(out).rstrip("\n") + "\n"

@@ -13,7 +13,8 @@ failures included: each node is one attempt the search paid for.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .._styles import STATUS_STYLE
 
@@ -169,7 +170,9 @@ def _first_reason(node: Mapping[str, Any], width: int = 100) -> str:
 
 def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: bool = False):
     """One node as a rich ``Text`` (never markup: origins and reasons are untrusted text)."""
-    from rich.text import Text  # here, not at the top: keeps start-up fast (the plugin imports the report)
+    from rich.text import (
+        Text,  # here, not at the top: keeps start-up fast (the plugin imports the report)
+    )
 
     status = str(node.get("status", "?"))
     parent = node.get("parent_id")
