@@ -101,7 +101,7 @@ def _cache_copy(dest: Path) -> Path:
 
 
 def _python(code: str, args: list[str], env: dict[str, str], cwd: Path) -> dict:
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    r = subprocess.run([sys.executable, "-c", code, *args], check=False, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
