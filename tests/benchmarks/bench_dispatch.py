@@ -94,8 +94,8 @@ def native_calls(noop: abi.NativeKernel) -> dict[str, dict[str, float]]:
     for n in range(1, 5):
         args = [torch.randn(64, 128) for _ in range(n)]
         out[f"{n}_tensors"] = {
-            "old": per_call_us(lambda: abi.call_native_ctypes(noop, args, [], meta, cpu)),
-            "new": per_call_us(lambda: abi.call_native(noop, args, [], meta, cpu)),
+            "old": per_call_us(lambda args=args: abi.call_native_ctypes(noop, args, [], meta, cpu)),
+            "new": per_call_us(lambda args=args: abi.call_native(noop, args, [], meta, cpu)),
         }
     return out
 
@@ -115,10 +115,10 @@ def dispatched(noop: abi.NativeKernel) -> dict[str, dict[str, float]]:
         handle._impl, handle.active = d, "kernel"
         helper = abi._HELPER[:]
         abi._HELPER.clear()  # before: every call checked, then struct + ctypes
-        old = per_call_us(lambda: fn(*args))
+        old = per_call_us(lambda fn=fn, args=args: fn(*args))
         abi._HELPER[:] = helper
         d.fast = abi.helper()
-        new = per_call_us(lambda: fn(*args))
+        new = per_call_us(lambda fn=fn, args=args: fn(*args))
         out[f"{n}_tensors"] = {"old": old, "new": new}
         handle._impl, handle.active = None, "reference"
     return out
