@@ -518,28 +518,11 @@ def _machine(device: str) -> dict[str, Any]:
 def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Store | None = None) -> TargetResult:
     """The report entry for one searched target (verification fills in the rest)."""
     from .native.build import cuda_arch
-    from .report.tree import best_so_far_curve, curves_by_strategy
+    from .report.tree import curves_by_strategy
 
     state = result.state
     entry = TargetResult.skipped(target_id, "", rerun)
-    failed: dict[str, int] = {}
-    trajectory = []
-    for node in state.trajectory:
-        p, v = node.proposal, node.verdict
-        if not (v.correct and v.speedup is not None):
-            failed[v.status] = failed.get(v.status, 0) + 1
-        trajectory.append({
-            "index": node.index + 1, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
-            "candidate_s": v.candidate_s, "speedup_ci": v.speedup_ci, "undecided": bool(v.diagnostics.get("undecided")),
-            "sandbox": v.sandbox, "params": p.params, "reasons": (v.reasons or [p.error or ""])[:2],
-            "resumed": bool(v.diagnostics.get("resumed")),
-            "node": node.id, "parent": node.parent.index + 1 if node.parent is not None else None,
-            "depth": node.depth, "step": node.step, "reward": node.reward, "strategy": result.strategy,
-            "critique": node.critique, "critique_flags": list(node.critique_flags),
-        })
-    # the report's one rule for "best" (a faster node, lowest own time), so the curve ends on the quoted number
-    for row, (_, best) in zip(trajectory, best_so_far_curve(trajectory)):
-        row["best_so_far"] = best
+    trajectory, failed = _trajectory_rows(result)
     entry.search = {
         "strategy": result.strategy, "policy": result.policy, "llm": result.llm, "observation": result.observation,
         "critic": result.critic, "stop_reason": result.stop_reason, "llm_calls": result.llm_calls, "tokens": result.tokens,
@@ -565,6 +548,37 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     if best is None or not best.verdict.correct:
         entry.status, entry.reason = TargetStatus.NO_SPEEDUP, f"no candidate was correct ({result.stop_reason})"
         return entry
+    _with_best(entry, result, best, root)
+    return entry
+
+
+def _trajectory_rows(result: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One report row per evaluated node, and how many candidates failed, by status."""
+    from .report.tree import best_so_far_curve
+
+    failed: dict[str, int] = {}
+    rows = []
+    for node in result.state.trajectory:
+        p, v = node.proposal, node.verdict
+        if not (v.correct and v.speedup is not None):
+            failed[v.status] = failed.get(v.status, 0) + 1
+        rows.append({
+            "index": node.index + 1, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
+            "candidate_s": v.candidate_s, "speedup_ci": v.speedup_ci, "undecided": bool(v.diagnostics.get("undecided")),
+            "sandbox": v.sandbox, "params": p.params, "reasons": (v.reasons or [p.error or ""])[:2],
+            "resumed": bool(v.diagnostics.get("resumed")),
+            "node": node.id, "parent": node.parent.index + 1 if node.parent is not None else None,
+            "depth": node.depth, "step": node.step, "reward": node.reward, "strategy": result.strategy,
+            "critique": node.critique, "critique_flags": list(node.critique_flags),
+        })
+    # the report's one rule for "best" (a faster node, lowest own time), so the curve ends on the quoted number
+    for row, (_, best) in zip(rows, best_so_far_curve(rows)):
+        row["best_so_far"] = best
+    return rows, failed
+
+
+def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
+    """The best correct node's numbers, kernel file and measurement, and the target's status from it."""
     p, v = best.proposal, best.verdict
     wl_diag = v.diagnostics.get("workloads", {})
     outputs = {key: w.get("outputs", []) for w in result.workloads for key in w["arg_keys"]}
@@ -580,7 +594,7 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     ]
     kernels = root / ".maxcode" / "reports" / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)
-    path = kernels / f"{target_id}{EXT[p.spec.lang]}"
+    path = kernels / f"{entry.id}{EXT[p.spec.lang]}"
     build = v.diagnostics.get("build") or {}  # the verified library's hash, for the lock
     path.write_text(p.spec.text)
     entry.speedup, entry.speedup_ci, entry.weak_check = v.speedup, v.speedup_ci, v.weak_check
@@ -594,13 +608,12 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     if v.speedup is not None and v.speedup_ci:
         from .remeasure import command
 
-        entry.remeasure = {"command": command(target_id), "expect": list(v.speedup_ci)}
+        entry.remeasure = {"command": command(entry.id), "expect": list(v.speedup_ci)}
     if v.status == "faster":
         entry.status, entry.reason = TargetStatus.FASTER, v.reasons[0] if v.reasons else ""
     else:
         entry.status = TargetStatus.NO_SPEEDUP
         entry.reason = f"the best correct candidate is not faster: {v.reasons[0] if v.reasons else ''}"
-    return entry
 
 
 def _measurement(v: Verdict) -> Measurement:

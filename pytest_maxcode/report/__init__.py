@@ -158,6 +158,35 @@ def _widths(rows: list[list[str]], columns: tuple[tuple[int, str], ...], width: 
     return out
 
 
+def _below_table(targets: list[Any], report: Mapping[str, Any], console: Console) -> None:
+    """The lines under the table: what the searches cost, each target's reason, the warnings,
+    and how to re-measure each quoted speedup."""
+    from rich.text import Text
+
+    searches = [t["search"] for t in targets if isinstance(t.get("search"), Mapping)]
+    if searches:
+        calls = sum(int(finite(s.get("llm_calls")) or 0) for s in searches)
+        tokens = sum(int(finite(s.get("tokens")) or 0) for s in searches)
+        cost = sum(finite(s.get("cost_usd")) or 0.0 for s in searches)
+        console.print(Text(f"search: {calls:,} LLM calls, {tokens:,} tokens, {fmt_cost(cost)} in all", style="dim"))
+    for t in targets:
+        reason = str(t.get("reason") or "")
+        brief = search_brief(t.get("search"))
+        if reason or brief:
+            line = Text()
+            line.append(str(t.get("id", "?")), style="bold")
+            if reason:
+                line.append(f": {reason}")
+            if brief:
+                line.append(f" ({brief})", style="dim")
+            console.print(line)
+    for warning in warning_lines(report):
+        console.print(Text(warning, style="bold yellow"))
+    for t in targets:
+        for line in measurement_lines(t):
+            console.print(Text(line, style="dim"))
+
+
 def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     """Print the summary table (and each target's one-line reason) to a rich console.
 
@@ -197,25 +226,4 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         table.add_row(*(cells[i] for i, _ in columns))
     console.print(table)
     console.print(Text(f"options: {options_line(report)}", style="dim"))
-    searches = [t["search"] for t in targets if isinstance(t.get("search"), Mapping)]
-    if searches:
-        calls = sum(int(finite(s.get("llm_calls")) or 0) for s in searches)
-        tokens = sum(int(finite(s.get("tokens")) or 0) for s in searches)
-        cost = sum(finite(s.get("cost_usd")) or 0.0 for s in searches)
-        console.print(Text(f"search: {calls:,} LLM calls, {tokens:,} tokens, {fmt_cost(cost)} in all", style="dim"))
-    for t in targets:
-        reason = str(t.get("reason") or "")
-        brief = search_brief(t.get("search"))
-        if reason or brief:
-            line = Text()
-            line.append(str(t.get("id", "?")), style="bold")
-            if reason:
-                line.append(f": {reason}")
-            if brief:
-                line.append(f" ({brief})", style="dim")
-            console.print(line)
-    for warning in warning_lines(report):
-        console.print(Text(warning, style="bold yellow"))
-    for t in targets:
-        for line in measurement_lines(t):
-            console.print(Text(line, style="dim"))
+    _below_table(targets, report, console)
