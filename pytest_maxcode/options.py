@@ -132,7 +132,11 @@ def setting(default: Any, help: str, *, type: Callable[[str], Any] | None = None
             action: str | None = None, metavar: str | None = None, scopes: tuple[str, ...] = (PYTEST, FILE),
             spelled: str | None = None, kind: str = "value") -> Any:
     """A field of ``Settings`` and its option, defined together. ``{default}`` in the help is
-    the field's default, so a default is written once."""
+    the field's default, so a default is written once.
+
+    Parameters because each one is a column of the options table (name, type, default, parser, front
+    ends, help): a call reads as that table's row.
+    """
     meta = {"help": help, "type": type, "choices": choices, "action": action, "metavar": metavar,
             "scopes": frozenset(scopes), "spelled": spelled, "kind": kind}
     return field(default=default, metadata={"option": meta})

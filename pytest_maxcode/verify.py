@@ -109,7 +109,11 @@ def verify(
     outputs: dict[str, Any],
     returns: str | None = None,
 ) -> dict[str, Any]:
-    """The ``tests`` and ``benchmarks`` parts of a target's report."""
+    """The ``tests`` and ``benchmarks`` parts of a target's report.
+
+    Parameters because it forwards what a re-run test process needs to force the kernel (target,
+    kernel, language, device, output layouts, in-place return) and which tests to run.
+    """
     env = candidate_env(target_id, kernel, lang, device, outputs, returns)
     plain = [n for n in callers if n not in benchmark_callers]
     tests: dict[str, Any] = {"rerun": callers, "passed": None, "summary": "", "kernel_calls": 0}

@@ -156,6 +156,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], budget: int) -> str:
 
 def run_pytest(root: Path, setting: Setting, seed: int, *, budget: int, llm: str | None, record: Path | None,
                out_dir: Path, pytest_args: Sequence[str], timeout: float | None) -> RunResult:
+    """One pytest --maxcode run of an ablation. Parameters because they are the ablation's own options
+    passed through, keyword-only."""
     slug = setting.slug(seed)
     report = out_dir / "runs" / f"{slug}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -201,6 +203,10 @@ def ablate(root: Path, *, observations: Sequence[str] = OBSERVATIONS, reranks: S
            budget: int = 8, llm: str | None = None, record: Path | None = None, out_dir: Path | None = None,
            pytest_args: Sequence[str] = (), timeout: float | None = None,
            progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Every setting and seed as real pytest --maxcode runs, and the table of their curves.
+
+    Parameters because each is one of the ``maxcode ablate`` command's options, keyword-only.
+    """
     if seeds < 1 or budget < 1:
         raise MaxcodeError("--seeds and --budget must be at least 1")
     grid = settings_grid(observations, reranks)

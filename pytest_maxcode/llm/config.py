@@ -161,7 +161,11 @@ def make_scorer_service(settings: Settings, root: Path, store_path: Path | None,
 def _own_service(settings: Settings, spec_text: str, flag: str, forms: str, role: str, root: Path,
                  store_path: Path | None) -> LLMService:
     """A model of its own for one role. When the run records, it records to the cassette's
-    name with ``.ROLE`` before the suffix, so each cassette replays one model."""
+    name with ``.ROLE`` before the suffix, so each cassette replays one model.
+
+    Parameters because a role's service is built from the run's settings plus that role's own flag,
+    its accepted forms, the root and the store: what the error line names.
+    """
     spec = parse_llm_spec(spec_text, flag=flag, forms=forms)
     if spec is None or spec.provider == "none":
         raise MaxcodeError(f"{flag}={spec_text!r}: use one of: {forms}")

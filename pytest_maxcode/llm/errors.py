@@ -58,7 +58,11 @@ def map_sdk_error(exc: BaseException, sdk: Any, *, label: str, url: str, provide
     """Turn one SDK exception into a one-line MaxcodeError (LLMUnavailable when transient).
 
     ``sdk`` is the SDK module (``anthropic`` or ``openai``); ``label`` names the endpoint the way
-    the user spelled it (``anthropic:claude-sonnet-4-5``)."""
+    the user spelled it (``anthropic:claude-sonnet-4-5``).
+
+    Parameters because the one line names everything a user needs to act on (endpoint, provider,
+    model, timeout, retries) and scrubs the secrets; all keyword-only.
+    """
     spell = f"--maxcode-llm={provider}:MODEL" + ("@URL" if provider == "openai" else "")
     after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
 

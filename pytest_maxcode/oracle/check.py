@@ -173,6 +173,9 @@ class Oracle:
         candidates_hint: Sequence[CandidateSpec] = (),
         workloads: Sequence[dict[str, Any]] | None = None,
     ) -> None:
+        """Parameters because an oracle is one reference under one configuration, joined by what a caller
+        already has: the store and run to record into, a progress callback, the candidates to
+        build early, the captured workloads; each optional and keyword-only."""
         self.reference = reference
         self.config = config
         self.root = Path(root).resolve()  # the sandbox mounts by absolute path
@@ -312,7 +315,13 @@ class Oracle:
         }
 
     def prepare(self) -> None:
-        """Start the worker, generate the seeded input sets and the expected outputs."""
+        """Start the worker, generate the seeded input sets and the expected outputs.
+
+        Long because its stages share the workers' state and must run in this order (the two
+        sandboxed workers and their timer, the input sets written where candidates cannot
+        rewrite them, the reference's expected outputs); kept whole so the order the trust
+        boundary depends on reads top to bottom.
+        """
         self.progress(f"loading reference {self.reference.path.name}:{self.reference.name}")
         scratch = self.scratch = Path(tempfile.mkdtemp(prefix="maxcode-oracle-"))
         job_dir = scratch / "job"
@@ -637,6 +646,10 @@ class Oracle:
         )
 
     def _run(self, cand: CandidateSpec, built: build_mod.BuildResult | None, v: Verdict, later_block: bool = False) -> None:
+        """One candidate's run on its sandboxed worker: build, load, every correctness set, the range sets,
+        then the timing through the trusted clock; a failure at any step ends the run with that
+        step's status. Long because it is kept whole: the order of the trust checks is the
+        point, and it reads top to bottom."""
         assert self.zygote is not None
         c = self.config
         by_name = {w.name: w for w in self.workloads}

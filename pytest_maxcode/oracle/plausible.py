@@ -68,6 +68,9 @@ def roof_violation(
     reference's counted FLOPs can be cut by any factor by an honest rewrite (diag(a) @ B as
     a row scaling, reassociating a matrix chain), and bf16/int8 matrix units (AMX, tensor
     cores) run 8-16x the float32 rate. ``None`` or 0 skips either check.
+
+    Parameters because the roof needs the call's time and each of the machine's measured limits and
+    the call's own counts (bytes, FLOPs, device, timer), all plain numbers.
     """
     if bytes_per_call < 0 or flops_per_call < 0 or margin <= 1 or not math.isfinite(seconds_per_call):
         raise ValueError(

@@ -237,6 +237,9 @@ class RayOracle:
         margin_s: float = 30.0,
         deadline_s: float | None = None,
     ) -> None:
+        """Parameters because it takes the local Oracle's arguments and the Ray pool's own (address,
+        actors, targets at once, margin, deadline), all keyword-only: a caller switches
+        executors without changing anything else."""
         self.reference = reference
         self.config = config
         self.root = Path(root).resolve()

@@ -42,7 +42,11 @@ def repeat(reference: ReferenceSpec, config: CheckConfig, root: Path, cand: Cand
            *, workloads: list[dict] | None = None, progress: Callable[[str], None] | None = None) -> Repeats:
     """``n`` further runs of ``cand``, each in a fresh oracle with a fresh seed (a chosen seed
     would repeat the inputs, not the measurement), recorded nowhere: they test the quoted
-    verdict, they do not replace it."""
+    verdict, they do not replace it.
+
+    Parameters because it takes what one oracle run takes (reference, configuration, root,
+    candidate) plus the quoted verdict and the count; the rest are keyword-only.
+    """
     fresh = replace(config, seed=None)
     again = []
     for i in range(n):

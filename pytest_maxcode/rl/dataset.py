@@ -37,7 +37,11 @@ def default_device() -> str:
 def prompt_messages(problem: RLProblem, fmt: str = "native", lang: str | None = None, *, device: str = "cpu",
                     device_info: dict[str, Any] | None = None, workloads: list[dict[str, Any]] | None = None,
                     permitted: Sequence[str] | None = None) -> list[dict[str, str]]:
-    """The search's initial request for ``problem`` as [system, user] chat messages."""
+    """The search's initial request for ``problem`` as [system, user] chat messages.
+
+    Parameters because each one is a prompt setting the search itself would use for this problem
+    (format, language, device, techniques, curriculum), keyword-only.
+    """
     if fmt not in ("native", "compat"):
         raise MaxcodeError(f"format {fmt!r}: expected native or compat")
     lang = lang or ("py" if fmt == "compat" else native_lang(device))
@@ -108,6 +112,8 @@ def _measured(problem: RLProblem, device: str) -> list[dict[str, Any]]:
 
 def _rows(problems: list[tuple[RLProblem, str]], fmt: str, device: str | None, permitted: Sequence[str] | None,
           curriculum: Any, describe_device: bool, measure: bool) -> list[dict[str, Any]]:
+    """Rows for the datasets. Parameters because they are the dataset builders' own options passed
+    through unchanged."""
     device = device or default_device()
     info = _describe(device, describe_device)
     lang = "py" if fmt == "compat" else native_lang(device)
@@ -148,6 +154,9 @@ def kernelbench_dataset(root: str | Path, level: int, problems: str | None = Non
     them. With a ``curriculum`` (and no ``permitted``), each prompt states its problem's stage;
     as a ``datasets.Dataset`` the stage is read again whenever a row is drawn.
     ``measure`` runs each reference once in a worker to state its output shapes.
+
+    Parameters because each one is a column of the dataset or a prompt setting the search would use,
+    all keyword-only with the search's defaults.
     """
     found = find_problems(Path(root).expanduser(), level, problems)
     out_dir = Path(work_dir) if work_dir is not None else Path.cwd() / ".maxcode" / "rl" / f"scale-{scale:g}"
@@ -173,6 +182,9 @@ def targets_dataset(root: str | Path, fmt: str = "native", targets: Sequence[str
     ``problem`` is the target id, which the reward resolves under its own ``root`` (give it
     the same one). The options a target declared in ``@maxcode.optimize`` (atol, rtol,
     inplace) are not recorded there, so the oracle's defaults apply.
+
+    Parameters because each one is a prompt setting the search would use, all keyword-only with the
+    search's defaults.
     """
     root = Path(root).expanduser().resolve()
     base = root / ".maxcode" / "inputs"

@@ -94,7 +94,11 @@ class OracleReward:
         """``concurrency`` > 1 checks that many problems at once: more throughput, noisier
         timings (the search keeps timings alone on the machine). ``reuse_verdicts``: how many
         verdicts per problem are kept, so a completion sampled again gets the same reward
-        without another build and timing (0: measure every time)."""
+        without another build and timing (0: measure every time).
+
+        Parameters because they are the oracle's settings and TRL's reward options side by side, all
+        keyword-only with defaults.
+        """
         if scale not in SCALES:
             raise ValueError(f"scale {scale!r}: expected one of {', '.join(SCALES)}")
         if fmt not in ("native", "compat"):

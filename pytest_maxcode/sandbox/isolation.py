@@ -378,6 +378,9 @@ def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Li
     Start it in a new session (``start_new_session=True``) and kill its process group (or,
     under a namespace, its root process: the PID namespace goes with it); then call
     :meth:`Sandboxed.cleanup`, which also kills anything left in its cgroups.
+
+    Parameters because they are this one command's mounts and limits, each optional and keyword-
+    only.
     """
     cgroups = Cgroups.make(limits) if isolation.kind != "none" and use_cgroups else Cgroups()
     setup = cgroups.join_commands() + rlimit_commands(limits, "memory" in cgroups.folders)
