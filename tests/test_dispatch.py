@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import DATA
+
 from pytest_maxcode.targets.accept import accept
 
 LIB = '''
@@ -148,7 +148,7 @@ def test_a_kernel_that_does_not_build_falls_back(proj: pytest.Pytester) -> None:
 
 
 def _status(path: Path) -> tuple[int, list[dict]]:
-    p = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "status", "--json"], cwd=path, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "status", "--json"], check=False, cwd=path, capture_output=True, text=True)
     return p.returncode, json.loads(p.stdout or "[]")
 
 
@@ -165,9 +165,8 @@ def test_status_reports_active_stale_and_missing(proj: pytest.Pytester) -> None:
 
 
 def test_status_device_mismatch(proj: pytest.Pytester) -> None:
-    import tomllib
-
     import tomli_w
+    import tomllib
 
     lock = proj.path / "maxcode.lock"
     data = tomllib.loads(lock.read_text())
