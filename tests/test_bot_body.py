@@ -4,6 +4,7 @@ the repository's root for a project in a subfolder."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -121,5 +122,7 @@ def test_the_check_it_yourself_commands_run_from_the_repository_root(tmp_path: P
     done = subprocess.run(["bash", "-ec", block.content], cwd=clone, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "active" in done.stdout and "2 passed" in done.stdout, done.stdout[-3000:]
-    assert (clone / "my proj" / ".maxcode").is_dir()  # the search ran in the project's folder
+    # the search ran in the project's folder, and started from the kernel the branch's lock accepts
+    searched = json.loads((clone / "my proj" / ".maxcode" / "reports" / "report.json").read_text())
+    assert searched["targets"][0]["trajectory"][0]["origin"] == f"accepted:maxcode_kernels/{TARGET}.cpp"
     print(f"check-it-yourself commands: {time.monotonic() - start:.1f} s")
