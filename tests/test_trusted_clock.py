@@ -179,3 +179,63 @@ def test_run_delay_sees_time_spent_waiting_for_a_cpu() -> None:
     # sharing one CPU for 0.3 s, each side waits a good part of it
     assert waited > 30_000_000, waited
     assert timing.RunDelay([2**22 + 12345])() >= 0  # a process that is gone: only this thread is read
+
+
+COPY_REF = '''
+import torch
+
+
+def f(x, y):
+    return x + y
+
+
+def get_inputs():
+    return [torch.randn(4), torch.randn(4)]
+'''
+
+COPY_KERNEL = r'''
+#include <dlpack/dlpack.h>
+#include <cstdint>
+extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int32_t n_out, void* s) {
+  const float* x = static_cast<const float*>(in[0].data);
+  const float* y = static_cast<const float*>(in[1].data);
+  float* z = static_cast<float*>(out[0].data);
+  for (int i = 0; i < 4; ++i) z[i] = x[i] + y[i];
+  return 0;
+}
+'''
+
+
+def test_a_native_verdict_carries_the_call_path_and_its_overhead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker was handed the compiled call path, and the trusted side measured what it costs
+    for this workload's two inputs and one output (the report states it beside the kernel time)."""
+    from pytest_maxcode.native import abi, callpath
+    from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
+    from pytest_maxcode.oracle.reference import parse_reference
+
+    (tmp_path / "ref.py").write_text(COPY_REF)
+    (tmp_path / "add.cpp").write_text(COPY_KERNEL)
+    seen: list[timing.WorkloadTiming] = []
+    real = timing.time_workload
+
+    def recorded(*args: object, **kwargs: object) -> timing.WorkloadTiming:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(result)
+        return result
+
+    monkeypatch.setattr(timing, "time_workload", recorded)
+    ref = parse_reference(f"{tmp_path / 'ref.py'}:f", f"{tmp_path / 'ref.py'}:get_inputs")
+    with Oracle(ref, CheckConfig(time_budget=0.05), tmp_path) as o:
+        v = o.check([CandidateSpec.from_path(tmp_path / "add.cpp")])[0]
+        assert o.zygote is not None and o.zygote.info["call_path"] == "compiled"
+    assert v.status in ("faster", "not_faster", "slower"), v.reasons
+    assert seen and all(t.call_path == "compiled" for t in seen)
+    overhead = seen[0].call_overhead_us
+    assert overhead is not None and 0 < overhead < 1000
+    # the same path in this process: a no-op kernel through call_native, two 4-float inputs, one output
+    noop = abi.NativeKernel.at_address(callpath.load().noop_address())
+    x = torch.zeros(4)
+    t0 = time.perf_counter_ns()
+    for _ in range(1000):
+        abi.call_native(noop, [x, x], (), [((4,), torch.float32)], "cpu")
+    assert overhead < 20 * max((time.perf_counter_ns() - t0) / 1000 / 1e3, 1.0)
