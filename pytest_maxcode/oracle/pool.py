@@ -258,7 +258,10 @@ class Zygote:
         self.ctl = parent_sock
         # the compiled call path, as a sealed copy this process verified: the worker loads it
         # before any candidate exists (a descriptor, not a path a candidate could swap)
-        helper = callpath.sealed_fd() if self.call_path else None
+        try:
+            helper = callpath.sealed_fd() if self.call_path else None
+        except Warning:  # warnings turned into errors: the worker calls candidates through ctypes
+            helper = None
         self._send("setup", self.reference, fds=[helper] if helper is not None else None)
 
     def wait_ready(self, timeout: float = 120.0) -> None:

@@ -182,7 +182,10 @@ class NativeDispatcher:
                 from ..native.abi import NativeKernel
 
                 # the compiled call path (built once per torch version); else ctypes, said once
-                helper = callpath.load()
+                try:
+                    helper = callpath.load()
+                except Warning:  # warnings turned into errors: the ctypes path still serves
+                    helper = None
                 result = self._verified_build()
                 sealed = build.sealed_library(result)
                 try:
