@@ -4,7 +4,9 @@ Prints one JSON object:
 
 * ``ring_overhead_us``: the trusted side's time around one served call of a kernel that does
   (almost) nothing: a sandboxed candidate copying 4 floats, rung over shared memory; median
-  and p90 over the warm-up rounds of several checks (each round rings one call per side).
+  and p90 over the warm-up rounds of several checks (each round rings one call per side), and
+  the call path the worker used ("compiled": native/callpath.cpp; else ctypes and why).
+  ``--ring-only`` prints just this (seconds, where the rest takes minutes).
 * ``batch20``: wall seconds for ``Oracle.check`` of 20 candidates (the chain problem's honest
   kernel, renamed so none is a cache hit), per candidate, with this checkout and, when
   ``--baseline DIR`` names another checkout (e.g. ``git worktree add /tmp/base <rev>``), with it.
@@ -22,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,7 +76,8 @@ ref = parse_reference(str(root / "ref.py") + ":f", str(root / "ref.py") + ":get_
 with Oracle(ref, CheckConfig(time_budget=0.05), root) as o:
     for _ in range(int(sys.argv[2])):
         o.check([CandidateSpec.from_path(root / "copy.cpp")])
-print(json.dumps(seen))
+    call_path = o.zygote.info.get("call_path", "ctypes (before the compiled call path)")
+print(json.dumps({"rings": seen, "call_path": call_path}))
 '''
 
 BATCH_PROBE = r'''
@@ -98,7 +100,7 @@ print(json.dumps({"wall_s": wall, "n": len(cands) - 1, "statuses": [v.status for
 
 def _run(code: str, args: list[str], pythonpath: Path) -> str:
     env = dict(os.environ, PYTHONPATH=str(pythonpath))
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=3600)
+    out = subprocess.run([sys.executable, "-c", code, *args], check=False, capture_output=True, text=True, env=env, timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"probe failed: {out.stderr[-2000:]}")
     return out.stdout.strip().splitlines()[-1]
@@ -109,8 +111,10 @@ def ring_overhead(checks: int) -> dict[str, float]:
         root = Path(d)
         (root / "ref.py").write_text(COPY_REF)
         (root / "copy.cpp").write_text(COPY_KERNEL)
-        ns = sorted(json.loads(_run(RING_PROBE, [str(root), str(checks)], ROOT)))
-    return {"median": ns[len(ns) // 2] / 1e3, "p90": ns[int(0.9 * len(ns))] / 1e3, "min": ns[0] / 1e3, "rings": len(ns)}
+        out = json.loads(_run(RING_PROBE, [str(root), str(checks)], ROOT))
+    ns = sorted(out["rings"])
+    return {"median": ns[len(ns) // 2] / 1e3, "p90": ns[int(0.9 * len(ns))] / 1e3, "min": ns[0] / 1e3, "rings": len(ns),
+            "call_path": out["call_path"]}
 
 
 def batch(checkout: Path, n: int = 21) -> dict[str, float]:
@@ -131,7 +135,7 @@ def aa(runs: int) -> dict[str, object]:
         for name in ("ref.py", "same_as_reference.py"):
             shutil.copy(CHAIN / name, root / name)
         out = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "check", "ref.py", *["same_as_reference.py"] * runs,
-                              "--json", "--time-budget", "0.15"], cwd=root, capture_output=True, text=True, timeout=3600)
+                              "--json", "--time-budget", "0.15"], check=False, cwd=root, capture_output=True, text=True, timeout=3600)
         verdicts = json.loads(out.stdout)
     speedups = sorted(v["speedup"] for v in verdicts if v["speedup"] is not None)
     return {
@@ -147,10 +151,15 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another checkout to time the batch of 20 with")
     ap.add_argument("--aa-runs", type=int, default=50)
     ap.add_argument("--checks", type=int, default=5, help="checks of the copy kernel for the ring overhead")
+    ap.add_argument("--ring-only", action="store_true", help="only the ring overhead")
     ns = ap.parse_args()
     load = os.getloadavg()[0]
     result: dict[str, object] = {"cpus": os.cpu_count(), "load_1min_before": round(load, 2)}
     result["ring_overhead_us"] = ring_overhead(ns.checks)
+    if ns.ring_only:
+        result["load_1min_after"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(result, indent=2))
+        return
     result["batch20"] = {"this": batch(ROOT)}
     if ns.baseline:
         result["batch20"]["baseline"] = batch(ns.baseline)  # type: ignore[index]
