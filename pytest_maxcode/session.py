@@ -619,7 +619,8 @@ def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
 def _measurement(v: Verdict) -> Measurement:
     """The best verdict's blocks and the machine's noise meanwhile, for every rendering of the report."""
     d = v.diagnostics
-    blocks = [float(b["speedup"]) for b in d.get("blocks") or [] if isinstance(b, dict) and b.get("speedup") is not None]
+    blocks = [float(b["speedup"]) for b in d.get("blocks") or []
+              if isinstance(b, dict) and b.get("speedup") is not None and b.get("used", True)]
     overhead = d.get("call_overhead_us")
     return Measurement(
         blocks=blocks, spread=(d.get("noise") or {}).get("spread"),

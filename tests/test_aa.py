@@ -91,7 +91,9 @@ def test_a_faster_run_that_does_not_repeat_in_a_fresh_worker_is_not_faster(tmp_p
     assert v["status"] == "not_faster", v["reasons"]
     screening = v["diagnostics"]["screening"]
     assert screening["speedup"] > 2.0, screening
-    assert [b["speedup"] > 2.0 for b in v["diagnostics"]["blocks"]] == [True, False, False], v["diagnostics"]["blocks"]
+    # the first block fast, every later one slow (more than two when the machine's load spoilt one)
+    fast = [b["speedup"] > 2.0 for b in v["diagnostics"]["blocks"]]
+    assert fast[0] and len(fast) >= 3 and not any(fast[1:]), v["diagnostics"]["blocks"]
     assert "blocks" in v["reasons"][0] and "fresh processes" in v["reasons"][0] or "disagree" in v["reasons"][0], v["reasons"]
 
 

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from pytest_maxcode.oracle import stats
+from pytest_maxcode.oracle.check import busy, combined_blocks
+from pytest_maxcode.oracle.verdict import Verdict
 
 
 def test_clear_speedup_has_interval_around_truth() -> None:
@@ -129,3 +131,38 @@ def test_blocks_across_simulated_runs_hold_each_other() -> None:
     # twice that: still 99% of the pairs
     held = [h for _ in range(20) for h in _campaign(rng, 0.08)]
     assert sum(held) / (9 * len(held)) > 0.99
+
+
+def _block(speedup: float, busy: float = 0.0) -> Verdict:
+    v = Verdict("k.cpp", "faster", speedup=speedup, speedup_ci=[speedup * 0.95, speedup * 1.05])
+    v.diagnostics["busy"] = busy
+    v.reasons = [f"{speedup}x clears 1.05"]
+    return v
+
+
+def test_a_block_the_machines_load_spoilt_is_set_aside_when_enough_others_are_clean() -> None:
+    # under load one block measured the load (0.98x for a 2x kernel) while the timer saw other
+    # work hold the CPU in 80% of its rounds; the retaken blocks agree
+    v = combined_blocks([_block(2.0), _block(0.98, busy=0.8), _block(2.1), _block(1.95)], 1.05, device="cpu")
+    assert v.status == "faster", v.reasons
+    assert [b["used"] for b in v.diagnostics["blocks"]] == [True, False, True, True]
+    assert v.diagnostics["noise"]["set_aside_blocks"] == 1
+    assert "over 3 blocks" in v.reasons[0] and "1 more block(s) set aside" in v.reasons[0]
+
+
+def test_busy_blocks_are_used_when_there_is_nothing_cleaner_and_the_verdict_says_so() -> None:
+    v = combined_blocks([_block(2.0, busy=0.9), _block(0.98, busy=0.8), _block(2.1, busy=1.0)], 1.05, device="cpu")
+    assert v.status == "not_faster"  # the slow block counts: no clean evidence says it was the load
+    assert all(b["used"] for b in v.diagnostics["blocks"])
+    assert "every block" in v.reasons[0]
+
+
+def test_a_block_is_busy_from_its_share_of_disturbed_rounds() -> None:
+    from pytest_maxcode.oracle.check import _busy_share
+    from pytest_maxcode.oracle.timing import WorkloadTiming
+
+    assert _busy_share(WorkloadTiming([1] * 30, [1] * 30, 1, disturbed=10)) == pytest.approx(0.25)
+    assert _busy_share(WorkloadTiming([1] * 30, [1] * 30, 1, disturbed=40)) == pytest.approx(40 / 70)
+    crowded = WorkloadTiming([1] * 15, [1] * 15, 1, notes=["the machine was too busy for 15 undisturbed rounds: ..."], disturbed=12)
+    assert _busy_share(crowded) == 1.0
+    assert busy(Verdict("k", "faster", diagnostics={"busy": 0.5})) and not busy(Verdict("k", "faster"))

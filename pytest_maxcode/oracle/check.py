@@ -53,11 +53,17 @@ CALLGRIND_SHIM = build_mod.CALLGRIND_SHIM
 #: 2: a timed "faster" is confirmed by a second measurement in a fresh worker
 #: 3: timed by the trusted side over shared memory, every timed output checked, fresh inputs
 #: 4: range sets; a "faster" is judged on several blocks (fresh processes) spread over the run
-VERDICT_RULE = 4
+#: 5: a block timed while other work held the CPU for most of its rounds is retaken, not used
+VERDICT_RULE = 5
 #: time limits stretch by this much when the worker runs under valgrind
 VALGRIND_SLOWDOWN = 50.0
 #: two measurements (blocks, or a program's confirmation) whose speedups lie this factor apart disagree
 DISAGREE = 1.5
+#: a block in which other work held the CPU during this share of the timed rounds (or so long
+#: that too few undisturbed rounds could be had) measured the machine's load, not the kernel:
+#: it is retaken, at most MAX_RETAKES times per candidate, and used only if no better one came
+BUSY_BLOCK = 0.5
+MAX_RETAKES = 2
 
 
 @dataclass
@@ -495,10 +501,12 @@ class Oracle:
     def _blocks(self, cand: CandidateSpec, built: build_mod.BuildResult | None, first: Verdict) -> Verdict:
         """The further blocks of a screening that needs them, each in a fresh candidate
         process with a fresh reference process and fresh buffers; the verdict is built on all
-        of them (:func:`combined_blocks`)."""
+        of them (:func:`combined_blocks`). A block that other work kept off the CPU
+        (:data:`BUSY_BLOCK`) is retaken, up to :data:`MAX_RETAKES` more blocks."""
         blocks = [first]
-        for b in range(2, self.config.blocks + 1):
-            self.progress(f"block {b}/{self.config.blocks} of {cand.path.name}")
+        wanted = self.config.blocks
+        while sum(not busy(b) for b in blocks) < wanted and len(blocks) < wanted + MAX_RETAKES:
+            self.progress(f"block {len(blocks) + 1}/{wanted} of {cand.path.name}")
             again = second_measurement(first)
             # a later block times for half the budget (the three together cost what a screening
             # and one confirmation did) and skips the range sets, which the screening ran
@@ -818,6 +826,7 @@ class Oracle:
             timings[w.name] = (t.reference_ns, t.candidate_ns, t.calls_per_sample)
             checked += t.checked_calls
             v.diagnostics.setdefault("disturbed_rounds", {})[w.name] = t.disturbed
+            v.diagnostics["busy"] = max(v.diagnostics.get("busy", 0.0), _busy_share(t))
             if t.notes:
                 v.diagnostics.setdefault("timing_notes", []).extend(t.notes)
         v.diagnostics["timed_calls_checked"] = checked
@@ -985,10 +994,15 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str) -
 
     first, last = blocks[0], blocks[-1]
     last.eval_s = round(sum(b.eval_s or 0.0 for b in blocks), 4)
+    # the blocks the machine's load spoilt are set aside when enough others were clean
+    clean = [b for b in blocks if not busy(b)]
+    used = clean if len(clean) >= 2 else blocks
     if first.compile_s is not None:  # the build was the first block's; the others loaded it from the cache
         last.compile_s = first.compile_s
     last.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons[:1]}
-    last.diagnostics["blocks"] = [{"speedup": b.speedup, "speedup_ci": b.speedup_ci, "status": b.status} for b in blocks]
+    last.diagnostics["blocks"] = [{"speedup": b.speedup, "speedup_ci": b.speedup_ci, "status": b.status,
+                                   "busy": round(float(b.diagnostics.get("busy", 0.0)), 3), "used": any(b is u for u in used)}
+                                  for b in blocks]
     last.range_limited = first.range_limited  # the range sets ran in the first block only
     for key in ("range", "range_limited"):
         if key in first.diagnostics:
@@ -996,21 +1010,43 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str) -
     if not last.correct or not last.speedup_ci or not last.speedup:
         last.reasons = [f"on block {len(blocks)}, in a fresh worker: {r}" for r in last.reasons]
         return last
-    sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in blocks])
+    sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in used])
     spread = sp.halves[1] / max(sp.halves[0], 1e-12)
-    last.diagnostics["noise"] = {"blocks": len(blocks), "spread": round(spread, 4)}
-    points = ", ".join(f"{b.speedup:.3g}x" for b in blocks)
+    last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used)}
+    points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
     if last.status == "faster" and spread > DISAGREE and sp.low < 1.5 * min_speedup:
         # blocks far apart whose interval reaches down near the bar: which one is the kernel?
         # (far above it, every block clears the bar and the wide interval says the rest)
         last.status = "not_faster"
         last.diagnostics["undecided"] = True
-        last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but its {len(blocks)} blocks disagree "
-                        f"({points}: {spread:.3g}x apart): too noisy to tell"]
+        last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but its {len(used)} blocks disagree "
+                        f"({points}: {spread:.3g}x apart): too noisy to tell{_set_aside(blocks, used)}"]
     else:
-        last.reasons = [f"{last.reasons[0]}, over {len(blocks)} blocks in fresh processes ({points})"]
+        last.reasons = [f"{last.reasons[0]}, over {len(used)} blocks in fresh processes ({points}){_set_aside(blocks, used)}"]
     return last
+
+
+def _set_aside(blocks: list[Verdict], used: list[Verdict]) -> str:
+    n = len(blocks) - len(used)
+    if n:
+        return f"; {n} more block(s) set aside: other work held the CPU during most of their rounds"
+    if all(busy(b) for b in blocks):
+        return "; other work held the CPU during most rounds of every block"
+    return ""
+
+
+def _busy_share(t: timing.WorkloadTiming) -> float:
+    """The share of a workload's timed rounds that other work disturbed; 1.0 when there were
+    so few undisturbed ones that the disturbed had to be counted too."""
+    if t.disturbed and any(n.startswith("the machine was too busy") for n in t.notes):
+        return 1.0
+    return t.disturbed / max(1, t.disturbed + len(t.reference_ns))
+
+
+def busy(v: Verdict) -> bool:
+    """Whether a block measured the machine's load rather than the kernel (:data:`BUSY_BLOCK`)."""
+    return float(v.diagnostics.get("busy", 0.0)) >= BUSY_BLOCK
 
 
 def second_measurement(first: Verdict) -> Verdict:
