@@ -506,7 +506,9 @@ class Oracle:
         blocks = [first]
         wanted = self.config.blocks
         while sum(not busy(b) for b in blocks) < wanted and len(blocks) < wanted + MAX_RETAKES:
-            self.progress(f"block {len(blocks) + 1}/{wanted} of {cand.path.name}")
+            n = len(blocks) + 1
+            self.progress(f"block {n}/{wanted} of {cand.path.name}" if n <= wanted
+                          else f"block {n} of {cand.path.name} (retaking one that other work kept off the CPU)")
             again = second_measurement(first)
             # a later block times for half the budget (the three together cost what a screening
             # and one confirmation did) and skips the range sets, which the screening ran
