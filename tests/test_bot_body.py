@@ -90,6 +90,21 @@ def test_a_kernel_and_model_text_cannot_write_the_page() -> None:
     assert "Security review" not in outside_code(replaced)
 
 
+def test_the_quoted_speedup_comes_with_its_remeasure_command_and_the_noise() -> None:
+    t = hostile_target(["tests/test_x.py::test_a"])
+    t["remeasure"] = {"command": f"maxcode remeasure {TARGET} --repeat 5", "expect": [2.7, 3.3]}
+    t["measurement"] = {"blocks": [2.9, 3.1, 3.0], "spread": 1.07, "set_aside": 4, "notes": ["# not a heading"],
+                        "call_overhead_us": 1.2, "kernel_us": 35.0}
+    where = pr_body.Where(BRANCH, f"maxcode_kernels/{TARGET}.cpp", "0123abcd", ".")
+    tokens = render(pr_body.body(t, {}, source="int x;", where=where))
+    spans = [c.content for tok in tokens if tok.type == "inline" for c in tok.children or [] if c.type == "code_inline"]
+    assert f"maxcode remeasure {TARGET} --repeat 5" in spans
+    shown = outside_code(tokens)
+    assert "each repeat should land in [2.70, 3.30]" in shown
+    assert "blocks 2.9x, 3.1x, 3x (spread 1.07x); 4 timed round(s) set aside" in shown
+    assert "call overhead 1.2 us per call beside 35 us of kernel" in shown
+
+
 def test_inline_code_and_fences_outlast_the_content() -> None:
     assert pr_body.code("a`b") == "``a`b``" and pr_body.code("`x`") == "`` `x` ``"
     assert pr_body.code("a|b", cell=True) == "`a\\|b`" and pr_body.code("two\nlines") == "`two lines`"

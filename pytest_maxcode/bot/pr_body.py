@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..apply import is_program
-from ..report import fmt_time, md_escape, sandbox_weak
+from ..report import fmt_time, md_escape, noise_text, remeasure_text, sandbox_weak
 
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
 FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}
@@ -224,6 +224,7 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where:
         out.append(f"| {code(w['signature'], cell=True)} ({w['n_sets']} input sets) | {fmt_time(w.get('reference_s'))} | "
                    f"{fmt_time(w.get('candidate_s'))} | {w['speedup']:.3g}x{_ci(w.get('speedup_ci'))} |")
     out += ["", f"Verdict: {text(t.get('reason', ''))}"]
+    out += _reproduce(t)
     out += _warnings(t)
     out += _benchmarks(t.get("benchmarks") or [])
     out += _tests(t)
@@ -232,6 +233,20 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where:
     out += _source(t, source, where.kernel_path, lang, accepted)
     out += check_it(t, where)
     return "\n".join(out) + "\n"
+
+
+def _reproduce(t: Mapping[str, Any]) -> list[str]:
+    """The command that re-measures the quoted speedup and the interval it should land in, and
+    how noisy the machine was while it was measured."""
+    out = []
+    cmd = remeasure_text(t)
+    if cmd is not None:
+        out.append(f"Re-measure it where the search ran (its `.maxcode/` holds the inputs the tests gave): "
+                   f"{code(cmd[0])}; {text(cmd[1])}.")
+    noise = noise_text(t)
+    if noise:
+        out.append(f"Measured: {text(noise)}.")
+    return [line for item in out for line in ("", item)]
 
 
 def _replaces(accepted: Accepted | None, nums: Numbers, where: Where) -> list[str]:
