@@ -829,6 +829,10 @@ class Oracle:
             checked += t.checked_calls
             v.diagnostics.setdefault("disturbed_rounds", {})[w.name] = t.disturbed
             v.diagnostics["busy"] = max(v.diagnostics.get("busy", 0.0), _busy_share(t))
+            if t.call_overhead_us is not None:  # the call path's own cost, beside the kernel's time
+                v.diagnostics["call_overhead_us"] = max(v.diagnostics.get("call_overhead_us", 0.0), t.call_overhead_us)
+            if t.call_path:
+                v.diagnostics["call_path"] = t.call_path
             if t.notes:
                 v.diagnostics.setdefault("timing_notes", []).extend(t.notes)
         v.diagnostics["timed_calls_checked"] = checked
