@@ -9,13 +9,24 @@ on wider or special values) only where the target accepts that (``accept_range_l
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._files import write_atomic
 from .errors import MaxcodeError
 from .targets.accept import accept
-from .targets.lock import KERNELS_DIR, LOCK_NAME, sha256_text
+from .targets.lock import KERNELS_DIR, LOCK_NAME, LockEntry, sha256_text
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What applying one target did: whether a file changed, and a kernel's lock entry
+    (None for a program, whose rewrite replaces its source)."""
+
+    target_id: str
+    changed: bool
+    entry: LockEntry | None = None
 
 
 def apply_report(report: dict[str, Any], root: Path) -> list[str]:
@@ -31,19 +42,20 @@ def apply_report(report: dict[str, Any], root: Path) -> list[str]:
             continue
         if is_program(t):
             try:
-                changed = apply_target(t, root)
+                applied = apply_target(t, root)
             except MaxcodeError as e:
                 lines.append(f"{t['id']}: not applied: {e}")
                 continue
-            done = "rewrote" if changed else "already has the rewrite in"
+            done = "rewrote" if applied.changed else "already has the rewrite in"
             lines.append(f"{t['id']}: {done} {t['reference']['file']} ({t['speedup']:.3g}x)")
             continue
         try:
-            entry = apply_target(t, root)
+            applied = apply_target(t, root)
         except (MaxcodeError, ValueError, OSError, ImportError) as e:  # nothing was written: accept renders first
             lines.append(f"{t['id']}: not applied: {e}")
             continue
-        lines.append(f"{t['id']}: applied {entry.kernel} ({t['speedup']:.3g}x) to maxcode.lock")
+        kernel = applied.entry.kernel if applied.entry is not None else "?"
+        lines.append(f"{t['id']}: applied {kernel} ({t['speedup']:.3g}x) to maxcode.lock")
     return lines
 
 
@@ -69,19 +81,19 @@ def written_paths(t: dict[str, Any]) -> list[str]:
     return [t["reference"]["file"]] if is_program(t) else [KERNELS_DIR, LOCK_NAME]
 
 
-def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None) -> Any:
+def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None) -> Applied:
     """Write one verified target's kernel and lock entry under ``root``; the kernel source is
     read from ``source_root`` (where the run wrote its report; default ``root``), so the bot can
     apply into a fresh worktree of the base branch. A program target's rewrite replaces the
-    program's source instead (True when that changed the file)."""
+    program's source instead."""
     held = range_held(t)
     if held:
         raise MaxcodeError(f"{t['id']}: not applied: {held}")
     best, ref = t["best"], t["reference"]
     kernel_source = ((source_root or root) / best["source_path"]).read_text()
     if is_program(t):
-        return _rewrite_program(root / ref["file"], ref["file"], ref["hash"], kernel_source)
-    return accept(
+        return Applied(t["id"], _rewrite_program(root / ref["file"], ref["file"], ref["hash"], kernel_source))
+    entry = accept(
         root,
         target_id=t["id"],
         reference_file=root / ref["file"],
@@ -100,6 +112,7 @@ def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None)
         build_id=best.get("build_id", ""),
         library_sha256=best.get("sha256", ""),
     )
+    return Applied(t["id"], True, entry)
 
 
 def _rewrite_program(path: Path, name: str, searched_hash: str, text: str) -> bool:
