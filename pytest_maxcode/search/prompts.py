@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,9 @@ class PromptContext:
     max_tokens: int = 8192
     temperature: float = 1.0
     thinking_tokens: int = 0
+    #: what :func:`describe_target` read from the reference (names, roles, layouts, values);
+    #: None: the prompt falls back to the workloads' signatures
+    inputs: dict[str, Any] | None = None
 
     def system(self) -> str:
         if self.fmt == "program":
@@ -104,7 +108,7 @@ class PromptContext:
         if self.fmt == "native":
             iface = NATIVE_ABI.format(
                 lang_name=lang_name,
-                module_inputs=(", then the module's parameters and buffers in named_parameters() / named_buffers() order" if self.kind == "module" else ""),
+                module_inputs=self._inputs_order(),
                 outputs_note=" (a tuple result gives several outputs)",
                 stream_note=("the current CUDA stream (cudaStream_t); launch kernels on it" if self.lang == "cuda" else "NULL (CPU code); OpenMP is available"),
                 build=self.build or ("nvcc -O3 -std=c++17" if self.lang == "cuda" else "g++ -O3 -march=native -fopenmp -std=c++17"),
@@ -121,12 +125,20 @@ class PromptContext:
             "# Interface\n" + iface,
             f"# Reference ({self.kind} {self.target_id})\n" + fence(self.reference_source, "py"),
             "# Workloads (shapes and dtypes the tests call it with)\n" + self._workloads(),
+            *([render_inputs(self.inputs, self.workloads, native=self.fmt == "native")] if self.inputs else []),
             "# Device\n" + self._device(),
         ]
         if tol:
             parts.append("# Tolerance\n" + ", ".join(tol))
         parts.append("# Reply format\n" + REPLY.format(tag={"cpp": "cpp", "cuda": "cuda", "py": "python"}[self.lang]))
         return "\n\n".join(parts)
+
+    def _inputs_order(self) -> str:
+        if self.inputs:
+            return " (inputs[0], inputs[1], ...), exactly as listed under # Inputs below"
+        if self.kind == "module":
+            return ", then the module's parameters and buffers in named_parameters() / named_buffers() order"
+        return ""
 
     def _program_system(self) -> str:
         cases = []
@@ -161,6 +173,70 @@ class PromptContext:
         if d.get("bytes_per_s"):
             line += f"; measured copy bandwidth {d['bytes_per_s'] / 1e9:.1f} GB/s"
         return line
+
+
+def _layout(d: dict[str, Any]) -> str:
+    text = f"{d['dtype']}, shape [{', '.join(map(str, d['shape']))}], strides [{', '.join(map(str, d['strides']))}]"
+    return text + (f", value {d['value']}" if "value" in d else "")
+
+
+def _contiguous(shape: list[int]) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]
+
+
+def render_inputs(desc: dict[str, Any], workloads: list[dict[str, Any]], native: bool = True) -> str:
+    """Every input by position, name and role with its layout per workload, the outputs, and
+    the values the reference reads: what a model cannot guess from the source alone."""
+    lines = ["# Inputs (in the order the candidate receives them; strides in elements)"]
+    for i, item in enumerate(desc.get("inputs") or []):
+        if not native and item["role"] in ("parameter", "buffer"):
+            continue  # a compat ModelNew holds its own, built like the reference's
+        head = f"- inputs[{i}] `{item['name']}` ({item['role']})" if native else f"- `{item['name']}` ({item['role']})"
+        per = item.get("workloads")
+        if per is None:
+            lines.append(f"{head}: {_layout(item['layout'])}")
+        elif len({_layout(d) for d in per.values()}) == 1:
+            lines.append(f"{head}: {_layout(next(iter(per.values())))}" + (" in every workload" if len(per) > 1 else ""))
+        else:
+            lines.append(f"{head}: " + "; ".join(f"{w}: {_layout(d)}" for w, d in per.items()))
+    outs = [(w["name"], o) for w in workloads for o in [w.get("outputs")] if o]
+    if outs:
+        lines.append("# Outputs (allocated by the caller, contiguous)")
+        for j in range(max(len(o) for _, o in outs)):
+            per = [(name, o[j]) for name, o in outs if j < len(o)]
+            spelled = {name: f"{dtype}, shape [{', '.join(map(str, shape))}], strides [{', '.join(map(str, _contiguous(shape)))}]"
+                       for name, (shape, dtype) in per}
+            text = next(iter(spelled.values())) if len(set(spelled.values())) == 1 else "; ".join(f"{n}: {t}" for n, t in spelled.items())
+            lines.append(f"- outputs[{j}]: {text}" if native else f"- result {j}: {text}")
+    values = [f"{name} = {value}" for name, value in desc.get("attributes") or []]
+    values += [f"{name} = {value}  # module-level" for name, value in desc.get("globals") or []]
+    if desc.get("constructor"):
+        values.insert(0, f"# built as {desc['constructor']}")
+    if values:
+        lines.append("# Values the reference reads (from the instance and its module)\n" + fence("\n".join(values), "py"))
+    return "\n".join(lines)
+
+
+def describe_target(target: TargetInfo, workloads: list[dict[str, Any]], root: Path) -> dict[str, Any] | None:
+    """:func:`~pytest_maxcode.targets.introspect.describe_spec` for a marked target or a
+    KernelBench problem, in a child process; None (the prompt says less) when it fails."""
+    from ..targets.introspect import describe_in_subprocess
+
+    if target.kind == "program" or not workloads:
+        return None
+    captured = [[w["name"], w["captured"]] for w in workloads if w.get("captured")]
+    instance = Path(captured[0][1]).parent / "module.pt" if captured else None
+    spec = {"kind": target.kind, "path": str(target.source_file), "qualname": target.qualname, "rootdir": str(root),
+            "module": None if target.problem else target.module, "captured": captured,
+            "instance": str(instance) if instance is not None and instance.exists() and not target.problem else None}
+    try:
+        return describe_in_subprocess(spec)
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
+        return None
 
 
 INSTRUCTIONS = {
