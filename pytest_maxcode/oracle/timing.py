@@ -215,7 +215,7 @@ class _Side:
         d0 = self.delay()
         t0 = _NOW()
         ctl[shm.DOORBELL] = token
-        shm.wake(base + 8 * shm.DOORBELL)
+        shm.notify(ctl, base, shm.DOORBELL)
         # spinning, not sleeping: a wake-up inside the interval would cost a time slice on a
         # loaded machine (the servers leave this process a core of its own)
         self._wait(shm.DONE, lambda: ctl[shm.DONE] == token, spin_s=spin_s)

@@ -5,7 +5,11 @@ Imported by the worker processes (as ``_maxcode_shm``) and by the trusted side (
 
 A region (one memfd) holds a control block and ``slots`` copies of a call's tensors:
 
-    [control: 8 little-endian uint64 words][in slot 0..k-1][out slot 0..k-1][stage slot 0..2k-1]
+    [control: 16 little-endian uint64 words][in slot 0..k-1][out slot 0..k-1][stage slot 0..2k-1]
+
+Control words 0-4 are the protocol's; word ``SLEEPING + w`` is 1 while a waiter sleeps on word
+``w``, so a waker makes the futex system call (about 1 µs, inside the timed interval on both
+sides) only when someone sleeps.
 
 The trusted side writes the inputs, rings the doorbell with a random token and stops its
 clock when ``DONE`` holds that token. The serving process cannot learn the token before
@@ -22,7 +26,12 @@ import time
 
 # control words
 DOORBELL, DONE, ARMED, FAILED, READY = 0, 1, 2, 3, 4
-CONTROL_BYTES = 64
+#: word SLEEPING + w is set while a waiter sleeps on word w
+SLEEPING = 8
+CONTROL_BYTES = 128
+#: checks of a word after announcing sleep and before sleeping: longer than any store takes to
+#: become visible to the other core, so a waker that read "not sleeping" has been seen by then
+SETTLE_CHECKS = 256
 ALIGN = 64
 #: seconds a waiter polls a control word before it sleeps on it
 SPIN_S = 0.002
@@ -120,6 +129,13 @@ def wake(addr: int) -> None:
         _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAKE, 2147483647, None, None, 0)
 
 
+def notify(ctl, base: int, word: int) -> None:
+    """Wake the waiter on ``word`` if it sleeps (it says so in ``SLEEPING + word``); a spinning
+    waiter sees the new value by itself, and the system call is saved."""
+    if ctl[SLEEPING + word]:
+        wake(base + 8 * word)
+
+
 def wait(ctl, base: int, word: int, ready, spin_s: float = 0.002, timeout_s: float = 10.0, check=None) -> bool:
     """Until ``ready()``: spin for ``spin_s`` (an answer within it costs no wake-up), then sleep on the futex.
 
@@ -141,19 +157,28 @@ def wait(ctl, base: int, word: int, ready, spin_s: float = 0.002, timeout_s: flo
     end = time.monotonic() + timeout_s
     addr = base + 8 * word
     ts = _Timespec(0, 2_000_000)  # 2 ms: a lost wake-up costs at most that
-    while not ready():
-        seen = ctl[word] & 0xFFFFFFFF
-        if ready():
-            return True
-        if _SYS_FUTEX is not None:
-            _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAIT, ctypes.c_uint32(seen), ctypes.byref(ts), None, 0)
-        else:
-            time.sleep(0.0001)
-        if check is not None:
-            check()
-        if time.monotonic() > end:
-            return False
-    return True
+    ctl[SLEEPING + word] = 1
+    try:
+        # a waker that wrote the word before it could see the flag did not wake us: its write is
+        # visible within these checks (a store takes nanoseconds to reach the other core)
+        for _ in range(SETTLE_CHECKS):
+            if ready():
+                return True
+        while not ready():
+            seen = ctl[word] & 0xFFFFFFFF
+            if ready():
+                return True
+            if _SYS_FUTEX is not None:
+                _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAIT, ctypes.c_uint32(seen), ctypes.byref(ts), None, 0)
+            else:
+                time.sleep(0.0001)
+            if check is not None:
+                check()
+            if time.monotonic() > end:
+                return False
+        return True
+    finally:
+        ctl[SLEEPING + word] = 0
 
 
 def create(size: int, name: str = "maxcode-slots") -> int:
@@ -195,7 +220,7 @@ class Region:
             pass  # a tensor view still holds it; freed with the last view
 
 
-def serve_round(region: "Region", round_id: int, run, limit_s: float = 60.0) -> bool:
+def serve_round(region: Region, round_id: int, run, limit_s: float = 60.0) -> bool:
     """Arm, wait for the doorbell, run the calls, answer with the bell's token.
 
     The trusted side rings only after seeing ``ARMED``. Returns False when no ring came
@@ -203,7 +228,7 @@ def serve_round(region: "Region", round_id: int, run, limit_s: float = 60.0) -> 
     """
     ctl, base = region.ctl, region.base
     ctl[ARMED] = round_id
-    wake(base + 8 * ARMED)
+    notify(ctl, base, ARMED)
     if not wait(ctl, base, DOORBELL, lambda: ctl[DOORBELL] != 0, spin_s=SPIN_S, timeout_s=limit_s):
         return False
     token = ctl[DOORBELL]
@@ -212,8 +237,8 @@ def serve_round(region: "Region", round_id: int, run, limit_s: float = 60.0) -> 
     except BaseException:
         ctl[FAILED] = 1
         ctl[DONE] = token
-        wake(base + 8 * DONE)
+        notify(ctl, base, DONE)
         raise
     ctl[DONE] = token
-    wake(base + 8 * DONE)
+    notify(ctl, base, DONE)
     return True

@@ -1003,7 +1003,7 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
                 for s, result in late:
                     _copy_results(region, s, result, inplace)
                 region.ctl[shm.READY] = rid
-                shm.wake(region.base + 8 * shm.READY)
+                shm.notify(region.ctl, region.base, shm.READY)
         elif name == "flush":
             _flush_l2(device)
             _send_child(conn, "flushed")
