@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import DATA
@@ -101,8 +102,8 @@ def test_format_and_wrong_formula() -> None:
 
 # -- the LLM critic's reply format and the grounding check --------------------------------
 
-from pytest_maxcode.critique.grounding import unsupported_claims  # noqa: E402
-from pytest_maxcode.critique.llm import parse_critique  # noqa: E402
+from pytest_maxcode.critique.grounding import unsupported_claims
+from pytest_maxcode.critique.llm import parse_critique
 
 FACTS = """- status: not_faster
 - speedup: 0.8123x (95% CI 0.79x to 0.83x)
@@ -169,3 +170,80 @@ def test_a_claim_must_match_a_fact_of_its_own_kind() -> None:
     assert unsupported_claims("A call takes 35 us.", FACTS) == ["35 us"]
     assert unsupported_claims("A call takes 0.0412 ms.", FACTS) == []
     assert unsupported_claims("It moves 12500 MB/s.", FACTS) == []
+
+
+def measured_verdict(time_s: float, *, bw: float | None = None, flops: float | None = None, overhead_us: float | None = None,
+                     threads: int | None = None, bytes_per_call: int = 8 << 20, reference_s: float | None = None) -> Verdict:
+    """A correct verdict as the oracle's _score leaves it: per-workload timing, shares of the roofs."""
+    w: dict = {"candidate": {"median_s": time_s}, "bytes_per_call": bytes_per_call, "achieved_bytes_per_s": bytes_per_call / time_s}
+    if bw is not None:
+        w["bandwidth_fraction"] = bw
+    if flops is not None:
+        w["flops_fraction"] = flops
+    if reference_s is not None:
+        w["reference"] = {"median_s": reference_s}
+    d: dict = {"workloads": {"w0": w}, "machine_bytes_per_s": bytes_per_call / time_s / bw if bw else 2e10}
+    if overhead_us is not None:
+        d["call_overhead_us"] = overhead_us
+    if threads is not None:
+        d["threads"] = threads
+    return Verdict("c.cpp", "faster", speedup=(reference_s or 2 * time_s) / time_s, diagnostics=d)
+
+
+def critique_of(v: Verdict, code: str = "") -> object:
+    spec = CandidateSpec(Path("c.cpp"), "native", "cpp", code)
+    return RuleCritic().critique(SearchState("t").add(Proposal(spec, "test"), v, 0))
+
+
+def test_a_kernel_at_the_roof_is_told_so_with_what_is_left() -> None:
+    c = critique_of(measured_verdict(6e-4, bw=0.69, reference_s=1.2e-3))
+    assert c.kind == "correct:memory-bound"
+    assert "69% of the measured memory bandwidth" in c.diagnosis and "near the roof" in c.diagnosis
+    assert "at most 1.4x is left" in c.diagnosis
+    assert "write-allocate" in c.next_steps[0] and "streaming" in c.next_steps[0] and "stop" in c.next_steps[0]
+    flop = critique_of(measured_verdict(6e-4, bw=0.1, flops=0.8))
+    assert flop.kind == "correct:compute-roof" and "80% of the measured FLOP roof: near the roof" in flop.diagnosis
+
+
+def test_the_call_path_overhead_is_weighed_against_the_kernels_time() -> None:
+    c = critique_of(measured_verdict(16.8e-6, bw=0.05, overhead_us=9.0))
+    assert c.kind == "correct:overhead-bound"
+    assert "16.8 us, of which the call path itself takes 9 us (54%)" in c.diagnosis and "about 7.8 us" in c.diagnosis
+    big = critique_of(measured_verdict(2e-3, bw=0.3, overhead_us=9.0))
+    assert big.kind == "correct:below-roof"  # 9 us of 2 ms: the call path does not matter there
+
+
+def test_thread_use_and_passes_over_the_data_choose_the_next_step() -> None:
+    one = critique_of(measured_verdict(2e-3, bw=0.2, threads=8), code="for (i...) out[i] = a[i] + b[i];")
+    assert one.kind == "correct:one-thread" and "one thread of the 8" in one.diagnosis and "8 threads" in one.next_steps[0]
+    threaded = "#pragma omp parallel for\nfor (i...) out[i] = a[i] + b[i];"
+    many = critique_of(measured_verdict(2e-3, bw=0.2, threads=8, reference_s=4e-3), code=threaded)
+    assert many.kind == "correct:below-roof"
+    assert "the time of 5 passes" in many.diagnosis and "(the reference: 10)" in many.diagnosis and "fuse" in many.next_steps[0]
+    close = critique_of(measured_verdict(2e-3, bw=0.45, threads=8), code=threaded)
+    assert "the time of 2.22 passes" in close.diagnosis and "close to one pass" in close.next_steps[0]
+
+
+FACT_SETS = [
+    {"time_s": 6e-4, "bw": 0.69},
+    {"time_s": 6e-4, "bw": 0.75},
+    {"time_s": 2e-3, "bw": 0.2},
+    {"time_s": 2e-3, "bw": 0.25},
+    {"time_s": 2e-3, "bw": 0.45},
+    {"time_s": 2e-3, "bw": 0.45, "reference_s": 5e-3},
+    {"time_s": 1e-3, "bw": 0.1, "flops": 0.3},
+    {"time_s": 1e-3, "bw": 0.1, "flops": 0.5},
+    {"time_s": 1e-3, "bw": 0.1, "flops": 0.9},
+    {"time_s": 16.8e-6, "bw": 0.05, "overhead_us": 9.0},
+    {"time_s": 30e-6, "bw": 0.05, "overhead_us": 20.0},
+    {"time_s": 2e-3, "bw": 0.2, "threads": 8},
+    {"time_s": 2e-3, "bw": 0.2, "threads": 4},
+]
+
+
+def test_different_measured_facts_never_get_the_same_critique() -> None:
+    texts = [critique_of(measured_verdict(**facts)).text() for facts in FACT_SETS]
+    assert len(set(texts)) == len(texts), [t for t in texts if texts.count(t) > 1]
+    for facts, text in zip(FACT_SETS, texts):
+        shares = [f"{100 * facts[k]:.0f}%" for k in ("bw", "flops") if k in facts]
+        assert any(share in text for share in shares) or "call path" in text, text  # each states its own numbers

@@ -59,6 +59,10 @@ def _timings(speedup: float | None, ci: list[float] | None, d: dict[str, Any]) -
         out.append(("speedup", f"{speedup:.4g}x" + (f" (95% CI {ci[0]:.4g}x to {ci[1]:.4g}x)" if ci else "")))
     if d.get("machine_bytes_per_s"):
         out.append(("machine memory bandwidth (measured copy)", f"{d['machine_bytes_per_s'] / 1e9:.4g} GB/s"))
+    if isinstance(d.get("call_overhead_us"), (int, float)):
+        out.append(("call path overhead per call (allocation, descriptors, call; in every candidate time)", f"{d['call_overhead_us']:.4g} us"))
+    if d.get("threads"):
+        out.append(("threads a candidate may use", str(d["threads"])))
     if d.get("machine_flops_per_s"):
         out.append(("machine FLOP/s (measured float32 GEMM)", f"{d['machine_flops_per_s'] / 1e9:.4g} GFLOP/s"))
     for name, w in (d.get("workloads") or {}).items():

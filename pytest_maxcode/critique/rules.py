@@ -1,7 +1,11 @@
 """The rule-based critic: the oracle's facts, classified, with concrete next steps.
 
-Every number a critique states is one the oracle measured, and it is kept in ``facts``
-under the name the text uses, so a critique can be checked against its evidence.
+Every number a critique states is one the oracle measured (or one step from it: a time in
+passes over the data at the measured copy bandwidth, the headroom ``1 / share`` of a roof), and
+it is kept in ``facts`` under the name the text uses, so a critique can be checked against its
+evidence. A correct kernel's next step follows from where its time goes, in this order: the
+call path's own cost, the FLOP roof, the memory roof, arithmetic, thread use, passes over the
+data; each sentence carries the numbers that chose it, so different facts read differently.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from ..model.search import Node
 from ..oracle.verdict import Verdict
 
 LAUNCH_BOUND_S = 20e-6  # below this per call, fixed costs (threads, allocation) dominate
-NEAR_ROOF = 0.6  # share of the measured copy bandwidth that counts as memory-bound
+NEAR_ROOF = 0.6  # share of the measured copy bandwidth (or FLOP roof) that counts as at the roof
+MANY_PASSES = 3.0  # a call slower than this many copies of its data does more than one vector pass
+OVERHEAD_SHARE = 0.5  # call path's share of a call above which no kernel change shows
+THREADED = re.compile(r"#pragma\s+omp\s+parallel|std::thread|<<<|blockIdx|threadIdx")
 
 COMPILE_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
     ("missing-header", re.compile(r"No such file or directory|fatal error: .*\.h"), "include only the C++ standard library, <dlpack/dlpack.h> (and CUDA's own headers in .cu files)"),
@@ -66,7 +73,7 @@ class RuleCritic:
             return _program(v)
         if v.status == "wrong":
             return _wrong(v.diagnostics.get("mismatch") or {}, v.reasons)
-        return _correct(v.speedup, v.diagnostics)
+        return _correct(v.speedup, v.diagnostics, node.code or "")
 
 
 def _program(v: Verdict) -> Critique:
@@ -131,24 +138,153 @@ def _wrong(m: dict[str, Any], reasons: list[str]) -> Critique:
                     ["check the tail after the last full block or vector, and how work is split between threads"], facts)
 
 
-def _correct(speedup: float | None, diagnostics: dict[str, Any]) -> Critique:
+@dataclass
+class Measured:
+    """The timing facts of one correct candidate's slowest-to-the-roof workload, in the units a
+    critique quotes them in: what the next step is chosen from."""
+
+    workload: str
+    time_s: float | None
+    reference_s: float | None
+    bw: float | None  # share of the measured copy bandwidth
+    flops: float | None  # share of the measured FLOP roof
+    bytes_per_call: int | None
+    machine_bps: float | None
+    overhead_s: float | None  # the call path's own cost per call
+    threads: int | None  # threads the oracle gives a candidate
+    threaded: bool  # the code starts parallel work
+
+    def copy_s(self) -> float | None:
+        """What moving the call's bytes once at the measured copy bandwidth takes."""
+        if self.bytes_per_call and self.machine_bps:
+            return self.bytes_per_call / self.machine_bps
+        return None
+
+    def passes(self, seconds: float | None) -> float | None:
+        """A time in units of one pass over the call's data at the copy bandwidth."""
+        copy = self.copy_s()
+        return seconds / copy if seconds and copy else None
+
+
+def measured(diagnostics: dict[str, Any], code: str) -> Measured | None:
     workloads = diagnostics.get("workloads") or {}
-    fracs = {n: d["bandwidth_fraction"] for n, d in workloads.items() if d.get("bandwidth_fraction") is not None}
-    times = {n: d["candidate"]["median_s"] for n, d in workloads.items() if (d.get("candidate") or {}).get("median_s")}
-    facts: dict[str, Any] = {"speedup": speedup}
+    if not workloads:
+        return None
+
+    def roof_share(item: tuple[str, dict[str, Any]]) -> float:
+        d = item[1]
+        shares = [x for x in (d.get("bandwidth_fraction"), d.get("flops_fraction")) if x is not None]
+        return max(shares) if shares else 0.0
+
+    name, d = min(workloads.items(), key=roof_share)  # the workload furthest from its roof
+    overhead = diagnostics.get("call_overhead_us")
+    return Measured(name, (d.get("candidate") or {}).get("median_s"), (d.get("reference") or {}).get("median_s"),
+                    d.get("bandwidth_fraction"), d.get("flops_fraction"), d.get("bytes_per_call"),
+                    diagnostics.get("machine_bytes_per_s"), overhead * 1e-6 if isinstance(overhead, (int, float)) else None,
+                    diagnostics.get("threads"), bool(THREADED.search(code)))
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def _correct(speedup: float | None, diagnostics: dict[str, Any], code: str = "") -> Critique:
+    """The next step follows from where the time goes: the call path, the FLOP roof, the
+    memory roof, thread use, or the passes over the data; every sentence carries its numbers."""
     lead = f"Correct, {speedup:.3g}x the reference." if speedup is not None else "Correct."
-    if times and max(times.values()) < LAUNCH_BOUND_S:
-        t = max(times.values())
-        facts["candidate_s"] = t
-        return Critique("correct:overhead-bound", f"{lead} A call takes {t * 1e6:.1f} us: fixed costs per call dominate at this size.",
-                        ["avoid per-call set-up (thread pools for tiny inputs, allocations); run small sizes on one thread"], facts)
-    if not fracs:
+    m = measured(diagnostics, code)
+    facts: dict[str, Any] = {"speedup": speedup}
+    if m is None or m.time_s is None:
         return Critique("correct:unmeasured", lead, ["make it faster: fuse passes, vectorize, parallelize"], facts)
-    worst = min(fracs, key=fracs.get)
-    frac = fracs[worst]
-    facts["bandwidth_fraction"] = frac
-    if frac >= NEAR_ROOF:
-        return Critique("correct:memory-bound", f"{lead} It moves data at {100 * frac:.0f}% of the measured memory bandwidth: near the roof.",
-                        ["only moving fewer bytes helps now: one pass over the data, no temporaries"], facts)
-    return Critique("correct:below-roof", f"{lead} It moves data at {100 * frac:.0f}% of the measured memory bandwidth on {worst}: below the memory roof, so the code itself limits it.",
-                    ["vectorize the inner loop, parallelize the outer one, and avoid extra passes or divisions"], facts)
+    facts.update({"workload": m.workload, "candidate_s": m.time_s, "reference_s": m.reference_s, "bandwidth_fraction": m.bw,
+                  "flops_fraction": m.flops, "call_overhead_s": m.overhead_s, "threads": m.threads,
+                  "bytes_per_call": m.bytes_per_call, "copy_s": m.copy_s(), "passes": m.passes(m.time_s),
+                  "reference_passes": m.passes(m.reference_s)})
+    facts = {k: v for k, v in facts.items() if v is not None}
+    for rule in (_overhead, _flop_roof, _memory_roof, _compute_below_roof, _one_thread):
+        found = rule(m, lead)
+        if found is not None:
+            found.facts = {**facts, **found.facts}
+            return found
+    return _below_roof(m, lead, facts)
+
+
+def _overhead(m: Measured, lead: str) -> Critique | None:
+    t = m.time_s or 0.0
+    if m.overhead_s is not None and m.overhead_s >= OVERHEAD_SHARE * t:
+        kernel = max(t - m.overhead_s, 0.0)
+        return Critique("correct:overhead-bound",
+                        f"{lead} On {m.workload} a call takes {_us(t)}, of which the call path itself takes {_us(m.overhead_s)} "
+                        f"({_pct(m.overhead_s / t)}); the kernel's own share is about {_us(kernel)}.",
+                        [("no kernel change can win back the call path's cost at this size: keep the kernel free of per-call "
+                         "set-up (no allocation, no thread team for so little work), or stop here")])
+    if m.overhead_s is None and t < LAUNCH_BOUND_S:
+        return Critique("correct:overhead-bound", f"{lead} On {m.workload} a call takes {_us(t)}: fixed costs per call dominate at this size.",
+                        ["avoid per-call set-up (thread pools for tiny inputs, allocations); run small sizes on one thread"])
+    return None
+
+
+def _flop_roof(m: Measured, lead: str) -> Critique | None:
+    if m.flops is None or m.flops < NEAR_ROOF:
+        return None
+    return Critique("correct:compute-roof",
+                    f"{lead} On {m.workload} it computes at {_pct(m.flops)} of the measured FLOP roof: near the roof, "
+                    f"at most {1 / m.flops:.2g}x is left by computing faster.",
+                    ["only doing fewer FLOPs helps now (fold constants, reuse a product, skip work the output does not need); otherwise stop"])
+
+
+def _memory_roof(m: Measured, lead: str) -> Critique | None:
+    if m.bw is None or m.bw < NEAR_ROOF:
+        return None
+    copy = m.copy_s()
+    moved = f" (copying its {m.bytes_per_call} bytes once takes {_us(copy)}, it takes {_us(m.time_s or 0.0)})" if copy else ""
+    return Critique("correct:memory-bound",
+                    f"{lead} On {m.workload} it moves data at {_pct(m.bw)} of the measured memory bandwidth{moved}: near the roof, "
+                    f"at most {1 / m.bw:.2g}x is left.",
+                    [("the rest is traffic the caches add, chiefly the outputs' write-allocate reads: write outputs with streaming "
+                     "(non-temporal) stores, or fuse away an output or a temporary; otherwise stop")])
+
+
+def _compute_below_roof(m: Measured, lead: str) -> Critique | None:
+    if m.flops is None or m.bw is None or m.flops <= m.bw:
+        return None
+    return Critique("correct:compute-bound",
+                    f"{lead} On {m.workload} it computes at {_pct(m.flops)} of the measured FLOP roof and moves data at "
+                    f"{_pct(m.bw)} of the bandwidth: arithmetic limits it.",
+                    ["block the loops for cache and registers so each loaded value feeds many multiply-adds, "
+                     "vectorize the innermost dimension with FMA" + ("" if m.threaded else ", and split the outer loop across threads")])
+
+
+def _one_thread(m: Measured, lead: str) -> Critique | None:
+    if m.threaded or not m.threads or m.threads < 2:
+        return None
+    return Critique("correct:one-thread",
+                    f"{lead} On {m.workload} it runs on one thread of the {m.threads} it may use"
+                    + (f", at {_pct(m.bw)} of the measured memory bandwidth" if m.bw is not None else "") + ".",
+                    [(f"split the outer loop across the {m.threads} threads (#pragma omp parallel for), "
+                     "keeping each thread's chunk contiguous")])
+
+
+def _below_roof(m: Measured, lead: str, facts: dict[str, Any]) -> Critique:
+    """Below both roofs: the time in passes over the data says whether the work is spread over
+    several passes (or a scalar loop) or is one pass that the inner loop's code slows."""
+    share = f"{_pct(m.bw)} of the measured memory bandwidth" if m.bw is not None else "an unmeasured share of the bandwidth"
+    mine, ref = m.passes(m.time_s), m.passes(m.reference_s)
+    if mine is None:
+        return Critique("correct:below-roof", f"{lead} On {m.workload} a call takes {_us(m.time_s or 0.0)}, moving data at {share}: "
+                        "below the memory roof, so the code itself limits it.",
+                        ["vectorize the inner loop, parallelize the outer one, and avoid extra passes or divisions"], facts)
+    theirs = f" (the reference: {ref:.3g})" if ref is not None else ""
+    diagnosis = (f"{lead} On {m.workload} a call takes {_us(m.time_s or 0.0)}, moving data at {share}: the time of {mine:.3g} "
+                 f"passes over its {m.bytes_per_call} bytes at the copy bandwidth{theirs}, where one pass takes {_us(m.copy_s() or 0.0)}.")
+    if mine >= MANY_PASSES:
+        step = ("read each input once and write each output once (fuse the steps, no temporaries between them), and make "
+                "that one pass vector code: contiguous inner loop, no division, branch or call per element")
+    else:
+        step = ("it is close to one pass: vectorize the inner loop over the contiguous dimension (aligned loads, no division "
+                "or branch per element) and give each thread a contiguous chunk")
+    return Critique("correct:below-roof", diagnosis, [step], facts)
