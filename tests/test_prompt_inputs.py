@@ -154,3 +154,14 @@ def test_function_prompt_lists_arguments_scalars_and_the_module_constants_the_co
         assert f"- inputs[{pos}] `{name}` (argument): {str(t.dtype).replace('torch.', '')}, shape [{_dims(t.shape)}]" in text
     assert "- inputs[2] `beta` (scalar): float64, shape [], strides [], value 0.75" in text
     assert "- outputs[0]: float64, shape [4, 4], strides [4, 1]" in text
+
+
+def test_the_feedback_states_the_call_paths_share_of_a_call() -> None:
+    from pytest_maxcode.oracle.verdict import Verdict
+    from pytest_maxcode.search.observation import verdict_lines
+    from pytest_maxcode.search.state import Proposal, SearchState
+
+    v = Verdict("c.cpp", "not_faster", speedup=0.99, candidate_s=17e-6, reference_s=16.8e-6, diagnostics={"call_overhead_us": 9.1})
+    lines = verdict_lines(SearchState("t").add(Proposal(None, "test"), v, 0))
+    assert "median time: 17.0 us (reference 16.8 us)" in lines
+    assert "of which the call path (allocation, descriptors, call) takes about 9.1 us per call" in lines

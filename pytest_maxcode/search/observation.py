@@ -57,6 +57,9 @@ def verdict_lines(node: Node) -> list[str]:
         out.append(f"speedup over the reference: {v.speedup:.3g}x{ci}")
         if v.candidate_s and v.reference_s:
             out.append(f"median time: {v.candidate_s * 1e6:.1f} us (reference {v.reference_s * 1e6:.1f} us)")
+        overhead = v.diagnostics.get("call_overhead_us")
+        if isinstance(overhead, (int, float)):
+            out.append(f"of which the call path (allocation, descriptors, call) takes about {overhead:.2g} us per call")
         for name, d in sorted(v.diagnostics.get("workloads", {}).items()):
             frac = d.get("bandwidth_fraction")
             if frac is not None:
