@@ -154,7 +154,7 @@ def describe(reference: Any, workloads: dict[str, list[Any]], *, module: Any = N
         inputs.append({"name": name, "role": role, "layout": tensor_layout(t)})
     desc["attributes"] = attribute_values(module)
     desc["globals"] = module_globals(module)
-    if init_args is not None:
+    if init_args:  # a constructor without arguments says nothing
         desc["constructor"] = constructor_call(type(module), init_args)
     return desc
 
