@@ -4,6 +4,7 @@ every plain value the reference reads, checked against the reference's own intro
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -59,11 +60,14 @@ def get_inputs():
 FUNCTION_SRC = '''
 import torch
 
+import pytest_maxcode
+
 ALPHA = 0.5
 SHAPE_HINT = (4, 4)
 NOT_READ = 7
 
 
+@pytest_maxcode.optimize
 def fused(x, y, beta):
     return torch.tanh(x * ALPHA + y * beta)
 '''
@@ -140,14 +144,17 @@ def test_function_prompt_lists_arguments_scalars_and_the_module_constants_the_co
     mod = _import(tmp_path, "reffn_prompt", FUNCTION_SRC)
     x, y = torch.randn(4, 4), torch.randn(4, 4, dtype=torch.float64)
     workloads = _workloads(tmp_path, {"w0": [x, y, 0.75]}, {"w0": [[[4, 4], "float64"]]})
-    desc = describe(mod.fused, {"w0": [x, y, 0.75]})
+    target = TargetInfo("reffn_prompt.fused", "reffn_prompt", "fused", tmp_path / "reffn_prompt.py", "function", "cpp")
+    desc = describe_target(target, workloads, tmp_path)  # the marked function, read in a child process
+    assert desc is not None and desc == json.loads(json.dumps(describe(mod.fused.maxcode.reference, {"w0": [x, y, 0.75]})))
     text = render_inputs(desc, workloads)
 
-    code = mod.fused.__code__
-    read = [n for n in code.co_names if n in mod.fused.__globals__ and isinstance(mod.fused.__globals__[n], (int, float, tuple))]
+    fn = mod.fused.maxcode.reference  # the undecorated function
+    code = fn.__code__
+    read = [n for n in code.co_names if n in fn.__globals__ and isinstance(fn.__globals__[n], (int, float, tuple))]
     assert read == ["ALPHA"]
     for name in read:
-        assert f"{name} = {spell(mod.fused.__globals__[name])}  # module-level" in text
+        assert f"{name} = {spell(fn.__globals__[name])}  # module-level" in text
     assert "NOT_READ" not in text and "SHAPE_HINT" not in text
     for pos, name in enumerate(code.co_varnames[: code.co_argcount][:2]):
         t = (x, y)[pos]
