@@ -43,10 +43,11 @@ class Model(nn.Module):
         self.add_value = nn.Parameter(torch.randn(out_features))
         self.scaling_factor = scaling_factor
         self.set_but_unread = 3
+        self.mask = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0])  # a plain tensor attribute: not an ABI input
 
     def forward(self, x):
         y = self.gate(self.matmul(x) + self.add_value)
-        return y * self.scaling_factor + OFFSET
+        return y * self.scaling_factor * self.mask + OFFSET
 
 
 def get_init_inputs():
@@ -127,6 +128,8 @@ def test_module_prompt_lists_arguments_parameters_buffers_in_abi_order_and_the_v
     assert f"self.matmul = {model.matmul!r}" in text
     assert f"OFFSET = {spell(mod.OFFSET)}" in text
     assert "set_but_unread" not in text and "UNREAD" not in text  # set, never read by a call
+    assert "self.mask = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0], dtype=torch.float32)  # not passed to the kernel" in text
+    assert "`mask`" not in text
 
 
 def test_kernelbench_problem_prompt_states_the_constructor_call(tmp_path: Path) -> None:

@@ -95,9 +95,21 @@ def attribute_values(module: Any) -> list[tuple[str, str]]:
         for fn in _own_functions(type(sub)):
             read |= _names_read(fn.__code__)
         for attr, value in vars(sub).items():
-            if attr in read and not attr.startswith("_") and attr != "training" and _plain(value):
+            if attr not in read or attr.startswith("_") or attr == "training":
+                continue
+            if _plain(value):
                 out.append((f"{name}.{attr}", spell(value)))
+            elif type(value).__name__ == "Tensor":
+                out.append((f"{name}.{attr}", _loose_tensor(value)))
     return out
+
+
+def _loose_tensor(t: Any) -> str:
+    """A tensor attribute that is neither parameter nor buffer: the kernel is not handed it,
+    so its values are stated when few, its layout otherwise."""
+    if t.numel() <= 16:
+        return f"torch.tensor({t.tolist()!r}, dtype={t.dtype})  # not passed to the kernel"
+    return f"...  # a {str(t.dtype).replace('torch.', '')} tensor of shape {list(t.shape)}, not passed to the kernel"
 
 
 def module_globals(module: Any) -> list[tuple[str, str]]:
