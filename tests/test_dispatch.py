@@ -63,7 +63,7 @@ def test_dispatch():
     torch.testing.assert_close(third, expected(x2, b))
     torch.testing.assert_close(fourth, expected(x2, b))
     assert third.data_ptr() != fourth.data_ptr()  # fresh outputs every call
-    print("PLANS", len(h._impl.plans))
+    print("PLANS", len(getattr(h._impl, "plans", {})))
     print("CALLS", calls())
     xg = x.clone().requires_grad_()
     assert mylib.chain(xg, b).grad_fn is not None  # autograd needs the reference
