@@ -295,7 +295,8 @@ def test_maxcode_pr_proposes_the_rewritten_program(tmp_path: Path, fake_github: 
     (pr,) = fake_github.pulls.values()
     assert pr["title"].startswith("⚡ Speed up sums ") and pr["title"].endswith("x (C++ program, CPU)")
     for needle in ("rewrote the C++ program `src/sums.cpp`", "### Test cases and tests re-run on the rewrite",
-                   "3 of 3 test cases passed; test_project.py: 1 passed", "<details><summary>The rewritten program: <code>src/sums.cpp</code>", "sync_with_stdio(false)"):
+                   # the summary is compiler and test output, escaped in the body (renders as written)
+                   "3 of 3 test cases passed; test\\_project.py: 1 passed", "<details><summary>The rewritten program: <code>src/sums.cpp</code>", "sync_with_stdio(false)"):
         assert needle in pr["body"], needle
     assert "maxcode.lock" not in pr["body"]
     commit = git.Repo(origin).commit("maxcode/optimize-sums")
