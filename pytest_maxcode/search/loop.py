@@ -400,7 +400,7 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
         raise MaxcodeError("--maxcode-policy=llm needs a model: set --maxcode-llm (anthropic:MODEL, openai:MODEL@URL, replay:PATH) or ANTHROPIC_API_KEY")
     from ..tables import parse_observation
     from .llm_policy import LLMPolicy
-    from .prompts import PromptContext, target_reference_text
+    from .prompts import PromptContext, describe_target, target_reference_text
 
     fmt = "program" if target.kind == "program" else settings.format
     lang = _candidate_lang(target, device, settings)
@@ -414,6 +414,7 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
         fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device), build=build,
         atol=target.atol, rtol=target.rtol, max_tokens=settings.max_tokens,
         temperature=settings.temperature, thinking_tokens=settings.thinking_tokens,
+        inputs=describe_target(target, workloads, root),
     )
     result.llm = f"{llm.client.provider}:{llm.client.model}"
     result.observation = "+".join(parts)
