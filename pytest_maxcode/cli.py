@@ -163,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--dry-run", action="store_true", help="print what would be pushed and opened; touch nothing")
     pr.add_argument("--urls-file", metavar="PATH", help="write the URLs of the pull requests opened or updated here, one a line")
     pr.add_argument("--github-url", metavar="URL", help="the REST API's base URL (default: $GITHUB_API_URL or https://api.github.com)")
+    _add_bot_limits(pr)
     comment = sub.add_parser(
         "comment",
         help="post a markdown file as the pull request's one maxcode comment, edited in place on later runs",
@@ -206,7 +207,53 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--run-timeout", type=options.positive_float, metavar="SECONDS", help="stop a run that takes longer (default: none)")
     ablate.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     ablate.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed to each pytest run")
+    _add_remeasure(sub)
     return parser
+
+
+def _add_bot_limits(pr: argparse.ArgumentParser) -> None:
+    """``maxcode pr``'s waits and the margins of the bot's memory."""
+    from .bot.memory import DEFAULT_REJECT_MARGIN as REJECT_MARGIN
+    from .bot.pr import DEFAULT_MAX_WAIT, DEFAULT_REPLACE_MARGIN as REPLACE_MARGIN
+
+    pr.add_argument("--max-wait", type=options.positive_float, default=DEFAULT_MAX_WAIT, metavar="SECONDS",
+                    help=f"the longest wait for GitHub's rate limit to reset (default {DEFAULT_MAX_WAIT:g}); a later reset "
+                         "ends the run with one line saying when")
+    pr.add_argument("--reject-margin", type=options.positive_float, default=REJECT_MARGIN, metavar="F",
+                    help=f"after a PR was closed unmerged, propose the target again only when a kernel's interval starts at this "
+                         f"factor over the rejected speedup, or its reference changed (default {REJECT_MARGIN:g})")
+    pr.add_argument("--replace-margin", type=options.positive_float, default=REPLACE_MARGIN, metavar="F",
+                    help=f"replace the base branch's accepted kernel only when the new interval starts at this factor over "
+                         f"its speedup (default {REPLACE_MARGIN:g})")
+
+
+def _add_remeasure(sub: argparse._SubParsersAction) -> None:
+    remeasure = sub.add_parser(
+        "remeasure",
+        help="time a report's quoted speedup again, N times in fresh processes, and say how many repeats fell inside its interval",
+        description=(
+            "Run from the project's root after pytest --maxcode: times the report's best kernel for TARGET against the "
+            "reference on the inputs the tests gave it (.maxcode/inputs/TARGET), N times, each in a fresh oracle with a "
+            "fresh seed. Exit status 0 when at least 80%% of the repeats fell inside the quoted interval, 1 when fewer "
+            "did (the claim does not reproduce here), 2 for a usage error."
+        ),
+    )
+    remeasure.add_argument("target", metavar="TARGET")
+    remeasure.add_argument("--repeat", type=options.positive_int, default=5, metavar="N", help="how many repeats (default 5)")
+    remeasure.add_argument("--sandbox", default="auto", choices=("auto", "bwrap", "unshare", "none"),
+                           help="the candidates' OS sandbox, as for maxcode check (default auto)")
+
+
+def cmd_remeasure(ns: argparse.Namespace) -> int:
+    from .remeasure import holds, remeasure
+    from .sandbox.env import hide_own_environment
+
+    hide_own_environment()
+    console = _console()
+    progress = (lambda msg: console.log(msg)) if console else None
+    r = remeasure(Path.cwd(), ns.target, ns.repeat, sandbox=ns.sandbox, progress=progress)
+    print(r.line())
+    return 0 if holds(r) else 1
 
 
 def cmd_apply(ns: argparse.Namespace) -> int:
@@ -235,9 +282,14 @@ def cmd_status(ns: argparse.Namespace) -> int:
     from .targets.dispatch import entry_state
     from .targets.lock import find_lock, read_lock
 
+    from .bot.memory import status_lines
+
     lock = find_lock(Path.cwd())
+    held_back = status_lines(lock.parent if lock else Path.cwd())
     if lock is None:
         sys.stderr.write("maxcode: no maxcode.lock here or above; no kernel is accepted yet\n")
+        for line in held_back:
+            print(line)
         return 0
     try:
         entries = read_lock(lock)
@@ -274,6 +326,8 @@ def cmd_status(ns: argparse.Namespace) -> int:
             table.add_row(Text(r["target"]), Text(r["state"], style=style[r["state"]]), Text(r["kernel"]),
                           f"{r['speedup']:.3g}x", Text(r["reason"]))
         Console().print(table)
+        for line in held_back:
+            print(line)
     return 1 if any(r.get("lock_state", r["state"]) in ("stale", "missing") for r in rows) else 0
 
 
@@ -743,7 +797,8 @@ def cmd_pr(ns: argparse.Namespace) -> int:
         raise MaxcodeError(f"{path}: not a JSON report ({e})") from None
     bot = Bot(Path.cwd(), report, repo_name=_repo_name(ns.repo), base=ns.base, remote=ns.remote,
               author=ns.author or os.environ.get("MAXCODE_GIT_AUTHOR") or DEFAULT_AUTHOR, draft=ns.draft,
-              labels=tuple(ns.label), dry_run=ns.dry_run, api_url=ns.github_url)
+              labels=tuple(ns.label), dry_run=ns.dry_run, api_url=ns.github_url, max_wait=ns.max_wait,
+              reject_margin=ns.reject_margin, replace_margin=ns.replace_margin)
     outcomes = bot.run()
     for o in outcomes:
         print(o.line())
@@ -802,6 +857,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return {"kernelbench": kernelbench.run, "pie": pie.run}[ns.suite](ns)
         if ns.command == "pr":
             return cmd_pr(ns)
+        if ns.command == "remeasure":
+            return cmd_remeasure(ns)
         if ns.command == "comment":
             return cmd_comment(ns)
     except MaxcodeError as e:

@@ -4,6 +4,8 @@ through PyGithub, and reports written by hand (the bot only reads them)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,9 @@ def test_a_closed_pr_holds_the_target_until_the_reference_changes_or_a_clearly_f
     assert list(fake_github.pulls) == [one] and not fake_github.requests_to("POST", r"/pulls$")[1:]
     (line,) = memory.status_lines(repo.project)
     assert line.startswith(f"{TARGET}: no new pull request: #{one}") and "to lift it" in line and "acme/mylib main" in line
+    status = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "status"], cwd=repo.project,
+                            capture_output=True, text=True, timeout=120)
+    assert line in status.stdout, status.stdout + status.stderr  # maxcode status says it too
     # the reference changed: the rejection no longer stands
     repo.change_reference()
     changed = run(repo, repo.report(tune(3), 3.2, (2.9, 3.5)))
