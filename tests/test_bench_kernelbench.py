@@ -132,3 +132,8 @@ def test_search_mode_with_a_model_writes_a_native_kernel(tmp_path: Path) -> None
     (row,) = json.loads((tmp_path / "run" / "result.json").read_text())["results"]
     assert row["candidate"].endswith(".cpp") and row["status"] == "faster" and row["speedup"] > 1.05
     assert "class Model(nn.Module)" in prompt and "float32[256,1024]" in prompt and "maxcode_run" in prompt
+    # the complete prompt (issue 17): every input by position, name and layout, as the worker passes them
+    section = prompt[prompt.index("# Inputs (in the order the candidate receives them"):]
+    assert "- inputs[0] `x` (argument): float32, shape [256, 1024], strides [1024, 1]" in section, section[:800]
+    assert "- inputs[1] `bias` (argument): float32, shape [1024], strides [1]" in section, section[:800]
+    assert "- outputs[0]: float32, shape [256, 1024], strides [1024, 1]" in section, section[:800]
