@@ -5,4 +5,5 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (as the dependency checks do) runs nothing
+    sys.exit(main())

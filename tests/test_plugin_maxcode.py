@@ -203,7 +203,8 @@ def test_every_quoted_speedup_comes_with_its_remeasure_command_and_the_noise(app
     cmd = "maxcode remeasure mylib.fused --repeat 5"
     assert t["remeasure"] == {"command": cmd, "expect": t["speedup_ci"]}
     m = t["measurement"]
-    assert len(m["blocks"]) == 3 and all(b > 1.0 for b in m["blocks"]), m
+    # three blocks, or up to five when the machine's load spoilt some and none cleaner came
+    assert 3 <= len(m["blocks"]) <= 5 and all(b > 1.0 for b in m["blocks"]), m
     assert m["spread"] == pytest.approx(max(m["blocks"]) / min(m["blocks"]), rel=0.01) and m["set_aside"] >= 0
     lo, hi = t["speedup_ci"]
     expect = f"each repeat should land in [{lo:.2f}, {hi:.2f}]"

@@ -166,3 +166,12 @@ def test_a_block_is_busy_from_its_share_of_disturbed_rounds() -> None:
     crowded = WorkloadTiming([1] * 15, [1] * 15, 1, notes=["the machine was too busy for 15 undisturbed rounds: ..."], disturbed=12)
     assert _busy_share(crowded) == 1.0
     assert busy(Verdict("k", "faster", diagnostics={"busy": 0.5})) and not busy(Verdict("k", "faster"))
+
+
+def test_fewer_clean_blocks_than_wanted_do_not_stand_alone() -> None:
+    # two clean blocks would give Student's t with one degree of freedom: an interval a
+    # thousand times wide; all five blocks are used instead (CI saw 30.6x [0.64, 1460])
+    blocks = [_block(24.7), _block(38.0), _block(30.1, busy=0.7), _block(29.0, busy=0.9), _block(31.5, busy=0.6)]
+    v = combined_blocks(blocks, 1.05, device="cpu", wanted=3)
+    assert all(b["used"] for b in v.diagnostics["blocks"])
+    assert v.status == "faster" and v.speedup_ci[0] > 10, (v.speedup_ci, v.reasons)

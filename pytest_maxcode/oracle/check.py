@@ -516,7 +516,7 @@ class Oracle:
             blocks.append(again)
             if not again.correct or not again.speedup_ci:
                 break
-        return combined_blocks(blocks, self.config.min_speedup, device=self.device)
+        return combined_blocks(blocks, self.config.min_speedup, device=self.device, wanted=wanted)
 
     def _needs_blocks(self, v: Verdict) -> bool:
         """A timed screening that is "faster", or too noisy to decide, is measured in further
@@ -986,7 +986,7 @@ def sandbox_warning(isolation: Isolation) -> str | None:
     return None
 
 
-def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str) -> Verdict:
+def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, wanted: int = 3) -> Verdict:
     """The verdict of a candidate whose screening said "faster", from all its blocks.
 
     A false "faster" is the costly error, and its usual causes (a lucky buffer layout, a burst
@@ -1000,9 +1000,10 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str) -
 
     first, last = blocks[0], blocks[-1]
     last.eval_s = round(sum(b.eval_s or 0.0 for b in blocks), 4)
-    # the blocks the machine's load spoilt are set aside when enough others were clean
+    # the blocks the machine's load spoilt are set aside when as many clean ones came as were
+    # wanted: fewer would make the interval from the blocks' spread far wider than it is
     clean = [b for b in blocks if not busy(b)]
-    used = clean if len(clean) >= 2 else blocks
+    used = clean if len(clean) >= wanted else blocks
     if first.compile_s is not None:  # the build was the first block's; the others loaded it from the cache
         last.compile_s = first.compile_s
     last.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons[:1]}
