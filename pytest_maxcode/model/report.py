@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from .strenum import PlainStrEnum
+
 #: the JSON a report holds below the typed fields (a workload row, a trajectory row, ...)
 Json = dict[str, Any]
 
 
-class TargetStatus(str, Enum):
+class TargetStatus(PlainStrEnum):
     """Where a target ended. ``FASTER`` is the search's interim answer, before the user's
     tests re-ran with the kernel; a written report never holds it."""
 
@@ -28,11 +30,6 @@ class TargetStatus(str, Enum):
     FAILED = "failed"
     FASTER = "faster"
 
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 @dataclass

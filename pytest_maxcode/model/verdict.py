@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
 from typing import Any
 
+from .strenum import PlainStrEnum
 
-class VerdictStatus(str, Enum):
+
+class VerdictStatus(PlainStrEnum):
     """What the oracle concluded. A ``str`` too, so stored verdicts, JSON and comparisons with
     the plain strings (``v.status == "faster"``) keep working unchanged."""
 
@@ -27,11 +28,6 @@ class VerdictStatus(str, Enum):
     #: the search's, not the oracle's: a proposal with no usable code, never run
     FORMAT = "format"
 
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
     @property
     def correct(self) -> bool:
