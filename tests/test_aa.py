@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -104,7 +105,8 @@ def test_a_real_speedup_is_confirmed_by_every_block(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     (v,) = r.verdicts
     assert v["status"] == "faster", v["reasons"]
-    assert "over 3 blocks in fresh processes" in v["reasons"][0], v["reasons"]
+    # three blocks; up to five when the machine's load spoilt some (retaken, or all used when too few were clean)
+    assert re.search(r"over [345] blocks in fresh processes", v["reasons"][0]), v["reasons"]
     assert v["diagnostics"]["screening"]["speedup"] > 2.0
     assert all(b["speedup"] > 2.0 for b in v["diagnostics"]["blocks"]), v["diagnostics"]["blocks"]
     assert v["speedup"] > 2.0 and v["speedup_ci"][0] > 1.05
