@@ -9,7 +9,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from . import options
 from ._files import write_atomic
@@ -36,6 +36,15 @@ def _regression_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any benchmark regressed")
     p.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
+
+
+def _history_arguments(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """Where ``bench-ab`` and ``bench-record`` keep a branch's figures, and under which branch name."""
+    p.add_argument("--history", metavar="PATH", required=required,
+                   help="a JSON file of stored figures per commit (created when missing): bench-ab adds the base's "
+                        "figures to it and shows each benchmark's trend")
+    p.add_argument("--branch", metavar="NAME", help="the branch the stored figures belong to (default: the base ref, "
+                                                    "without origin/)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,7 +150,27 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="after --: what pytest runs (e.g. -- tests/bench -k matmul)")
     ab.add_argument("--runs", type=options.positive_int, metavar="N", help="processes per side (default 5)")
     ab.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
+    _history_arguments(ab)
+    ab.add_argument("--baseline", choices=("rerun", "stored"), default="rerun",
+                    help="stored: take the base's figures from --history when it holds the base commit measured the same "
+                         "way (then only the head runs); rerun (default): measure both")
     _regression_arguments(ab)
+    rec = sub.add_parser(
+        "bench-record",
+        help="measure one commit's benchmarks and store them in a history file (for bench-ab --baseline stored and trends)",
+        description=(
+            "Runs REF's benchmarks (pytest-benchmark's fixture) in --runs short processes, in a git worktree, and adds "
+            "each benchmark's per-process figures to --history under REF's commit and --branch. CI runs this on pushes to "
+            "the main branch, so that pull requests compare against stored figures and show a trend. Arguments after -- "
+            "go to pytest."
+        ),
+    )
+    rec.add_argument("ref", metavar="REF")
+    rec.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="after --: what pytest runs")
+    rec.add_argument("--runs", type=options.positive_int, metavar="N", help="processes (default 5)")
+    rec.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
+    rec.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
+    _history_arguments(rec, required=True)
     pr = sub.add_parser(
         "pr",
         help="open or update one pull request per verified target of a report",
@@ -753,19 +782,77 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return _emit_comparison(ns, result)
 
 
+def _branch_name(ns: argparse.Namespace, ref: str) -> str:
+    if ns.branch:
+        return str(ns.branch)
+    for prefix in ("refs/remotes/origin/", "refs/heads/", "origin/"):
+        if ref.startswith(prefix):
+            return ref[len(prefix):]
+    return ref
+
+
 def cmd_bench_ab(ns: argparse.Namespace) -> int:
     from .bench import ab
+    from .bench.history import History, Record
 
     reg = _regressions_table(ns)
     timer = ns.timer or reg.timer
     repo = _git_root(Path.cwd())
     console = _console()
+    commits = {side: ab.resolve_commit(repo, ref) for side, ref in (("base", ns.base), ("head", ns.head))}
+    branch = _branch_name(ns, ns.base)
+    history = History.load(Path(ns.history)) if ns.history else None
+    if ns.baseline == "stored" and history is None:
+        raise MaxcodeError("bench-ab --baseline stored needs --history PATH (the file bench-record and bench-ab write)")
+    stored = history.find(commits["base"], timer, ns.pytest_args) if history is not None and ns.baseline == "stored" else None
+    if ns.baseline == "stored" and stored is None:
+        _say(console, f"bench-ab: {ns.history} holds no figures of the base {commits['base'][:12]} measured this way: "
+                      "measuring the base as well")
     base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=ns.runs or reg.runs,
                                 project=os.path.relpath(Path.cwd(), repo), timer=timer,
-                                progress=(lambda msg: console.log(msg)) if console else None)
+                                progress=(lambda msg: console.log(msg)) if console else None,
+                                stored_base=stored.samples if stored else None)
     result = ab.judge(base, head, threshold=ns.threshold or reg.threshold, thresholds=reg.thresholds,
                       base_label=ns.base, head_label=ns.head, timer=timer)
+    result.base_commit, result.head_commit = commits["base"], commits["head"]
+    result.unit = "instructions" if timer == "instructions" else "s"
+    if stored is not None:
+        result.baseline = f"stored by the run of {stored.when} (not re-measured)"
+    if history is not None:
+        if stored is None:
+            history.add(Record(commits["base"], branch, timer, tuple(ns.pytest_args),
+                               {name: list(t.data or [t.median_s]) for name, t in base.items()}))
+            history.save()
+        result.trends = {c.name: history.trend(c.name, branch, timer, ns.pytest_args) for c in result.comparisons}
+        result.trends = {k: v for k, v in result.trends.items() if len(v) > 1}
     return _emit_comparison(ns, result)
+
+
+def cmd_bench_record(ns: argparse.Namespace) -> int:
+    from .bench import ab
+    from .bench.history import History, Record
+
+    reg = _regressions_table(ns)
+    timer = ns.timer or reg.timer
+    repo = _git_root(Path.cwd())
+    console = _console()
+    commit = ab.resolve_commit(repo, ns.ref)
+    history = History.load(Path(ns.history))
+    samples = ab.measure(repo, {"ref": ns.ref}, ns.pytest_args, runs=ns.runs or reg.runs,
+                         project=os.path.relpath(Path.cwd(), repo), timer=timer,
+                         progress=(lambda msg: console.log(msg)) if console else None)["ref"]
+    branch = _branch_name(ns, ns.ref)
+    history.add(Record(commit, branch, timer, tuple(ns.pytest_args), samples))
+    history.save()
+    print(f"stored {len(samples)} benchmark(s) of {commit[:12]} ({branch}, {timer}) in {ns.history}")
+    return 0
+
+
+def _say(console: Any, text: str) -> None:
+    if console:
+        console.log(text)
+    else:
+        print(text, file=sys.stderr)
 
 
 def _git_root(where: Path) -> Path:
@@ -828,7 +915,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = list(sys.argv[1:] if argv is None else argv)
     passed: list[str] = []
-    if args[:1] == ["bench-ab"] and "--" in args:  # pytest's own arguments, options included
+    if args[:1] in (["bench-ab"], ["bench-record"]) and "--" in args:  # pytest's own arguments, options included
         cut = args.index("--")
         args, passed = args[:cut], args[cut + 1:]
     ns = parser.parse_args(args)
@@ -851,6 +938,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_compare(ns)
         if ns.command == "bench-ab":
             return cmd_bench_ab(ns)
+        if ns.command == "bench-record":
+            return cmd_bench_record(ns)
         if ns.command == "bench":
             from .bench import kernelbench, pie
 

@@ -4,6 +4,7 @@ and leaves one unchanged, beside a CPU hog, it flags the 2x every time and the u
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from conftest import run_maxcode
 from test_aa_runs import cpu_hog
 
 from pytest_maxcode.bench import ab
-from pytest_maxcode.bot.compare import Timings
+from pytest_maxcode.bench.history import KEEP, History, Record
+from pytest_maxcode.bot.compare import Timings, markdown
+from pytest_maxcode.report import sparkline
 from pytest_maxcode.errors import MaxcodeError
 
 BENCH = '''
@@ -120,3 +123,65 @@ def test_the_command_line_runs_in_the_project_folder_and_fails_on_a_regression(r
     assert "each process's fastest round one sample" in r.stdout
     bad = run_maxcode(["bench-ab", "base", "nope"], cwd=repo / "proj")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("maxcode: error: bench-ab: 'nope' is not a commit")
+
+
+def test_history_gives_a_stored_baseline_and_a_trend(repo: Path, tmp_path: Path) -> None:
+    """bench-record stores a commit's per-process figures; bench-ab --baseline stored then runs only
+    the head, names both commits, and shows the branch's trend."""
+    history = tmp_path / "history.json"
+    commits = {t: git.Repo(repo).commit(t).hexsha for t in ("base", "head")}
+    for ref in ("head", "base"):  # two records on the branch: a trend of two points
+        r = run_maxcode(["bench-record", ref, "--history", str(history), "--branch", "main", "--runs", "2", "--", *ARGS],
+                        cwd=repo / "proj")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert f"of {commits[ref][:12]} (main, time)" in r.stdout
+    stored = History.load(history)
+    assert [rec.commit for rec in stored.records] == [commits["head"], commits["base"]]
+    assert all(len(xs) == 2 for xs in stored.records[1].samples.values())
+
+    out = tmp_path / "cmp.json"
+    r = run_maxcode(["bench-ab", "base", "head", "--runs", "3", "--history", str(history), "--branch", "main",
+                     "--baseline", "stored", "--json", str(out), "--", *ARGS], cwd=repo / "proj")
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert (data["base_commit"], data["head_commit"]) == (commits["base"], commits["head"])
+    assert data["baseline"].startswith("stored by the run of")
+    doubled = next(c for c in data["comparisons"] if c["name"].endswith("test_doubled"))
+    assert doubled["base_median_s"] == pytest.approx(stored.records[1].medians()[doubled["name"]])
+    assert f"Base `base` ({commits['base'][:12]}), head `head` ({commits['head'][:12]})" in r.stdout
+    assert "base trend |" in r.stdout and "(2) |" in r.stdout
+    assert len(History.load(history).records) == 2  # a stored baseline is not stored again
+
+    # no record of the base measured with these arguments: the base is measured, and stored
+    r = run_maxcode(["bench-ab", "base", "head", "--runs", "2", "--history", str(history), "--baseline", "stored",
+                     "--json", str(out), "--", *ARGS, "-k", "same"], cwd=repo / "proj")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "holds no figures of the base" in r.stderr and json.loads(out.read_text())["baseline"] is None
+    assert History.load(history).records[-1].args == (*ARGS, "-k", "same")
+
+
+def test_history_file_rules(tmp_path: Path) -> None:
+    bad = tmp_path / "h.json"
+    bad.write_text("{not json")
+    with pytest.raises(MaxcodeError, match="not a benchmark history .*delete it"):
+        History.load(bad)
+    h = History.load(tmp_path / "new.json")
+    assert h.records == []
+    for i in range(KEEP + 5):
+        h.add(Record(f"c{i}", "main", "time", (), {"b": [float(i), float(i) + 2]}))
+    h.add(Record(f"c{KEEP + 4}", "main", "time", (), {"b": [100.0]}))  # the same commit again: replaced
+    h.save()
+    again = History.load(h.path)
+    assert len(again.records) == KEEP and again.records[-1].samples == {"b": [100.0]}
+    assert again.trend("b", "main", "time", (), n=3) == [KEEP + 3.0, KEEP + 4.0, 100.0]  # medians of [i, i + 2]
+    assert again.trend("b", "other", "time", ()) == [] and again.trend("b", "main", "instructions", ()) == []
+    assert sparkline([1, 2, 3, 8]) == "▁▂▃█" and sparkline([5, 5]) == "▄▄" and sparkline([]) == ""
+
+
+def test_instruction_counts_are_reported_as_counts() -> None:
+    base = {"b": Timings("b", 2.0e6, 2.0e6, 0.0, 1, None)}
+    head = {"b": Timings("b", 2.5e6, 2.5e6, 0.0, 1, None)}
+    result = ab.judge(base, head, timer="instructions")
+    result.unit = "instructions"
+    text = markdown(result)
+    assert "| base (instructions) |" in text and "2 Minstr | 2.5 Minstr | +25.0%" in text and " s |" not in text

@@ -23,6 +23,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .._extras import require
 from ..bot.compare import (
@@ -43,46 +44,75 @@ RUNS = 5
 
 def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str], *, runs: int = RUNS,
                 project: str = ".", python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
-                progress: Callable[[str], None] | None = None) -> tuple[dict[str, Timings], dict[str, Timings]]:
+                progress: Callable[[str], None] | None = None,
+                stored_base: Mapping[str, Sequence[float]] | None = None) -> tuple[dict[str, Timings], dict[str, Timings]]:
     """Each benchmark's per-run figures on the base and on the head, run alternately in
     worktrees of ``repo_root`` (the checkout itself is not touched); ``project`` is the
     folder inside the repository that pytest runs in. ``timer="instructions"`` counts
-    instructions under callgrind instead (one run per side: the counts do not vary)."""
+    instructions under callgrind instead (one run per side: the counts do not vary).
+    ``stored_base``: the base's figures from a history; then only the head runs."""
+    refs = {"head": head} if stored_base is not None else {"base": base, "head": head}
+    samples = measure(repo_root, refs, pytest_args, runs=runs, project=project, python=python, timeout_s=timeout_s,
+                      timer=timer, progress=progress)
+    base_samples = {k: list(v) for k, v in stored_base.items()} if stored_base is not None else samples["base"]
+    return _timings(base_samples), _timings(samples["head"])
+
+
+def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str], *, runs: int = RUNS, project: str = ".",
+            python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
+            progress: Callable[[str], None] | None = None) -> dict[str, dict[str, list[float]]]:
+    """Per side (``refs``: side name -> commit), each benchmark's figure per process, the
+    sides' processes alternating ABBA... (a slow drift of the machine weighs on all alike)."""
     if timer not in ("time", "instructions"):
         raise MaxcodeError(f"bench-ab: --timer {timer!r}: expected time or instructions")
     counting = _Counting(Path(repo_root)) if timer == "instructions" else None
     runs = 1 if counting else runs
     if runs < 2 and not counting:
         raise MaxcodeError("bench-ab: --runs must be at least 2 (each process is one sample)")
-    git = require("git", "maxcode bench-ab")
-    try:
-        repo = git.Repo(repo_root, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise MaxcodeError(f"bench-ab: {repo_root} is not in a git repository") from None
-    for ref in (base, head):
-        try:
-            repo.commit(ref)
-        except (git.BadName, ValueError):
-            raise MaxcodeError(f"bench-ab: {ref!r} is not a commit in {repo.working_tree_dir} (fetch it first?)") from None
-    medians: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
+    repo = _repo(repo_root)
+    for ref in refs.values():
+        commit_of(repo, ref)
+    samples: dict[str, dict[str, list[float]]] = {side: {} for side in refs}
     with tempfile.TemporaryDirectory(prefix="maxcode-ab-") as tmp:
-        trees = {side: Path(tmp) / side for side in ("base", "head")}
+        trees = {side: Path(tmp) / side for side in refs}
         try:
-            for side, ref in (("base", base), ("head", head)):
+            for side, ref in refs.items():
                 repo.git.worktree("add", "--detach", str(trees[side]), ref)
+            order = list(refs)
             for i in range(runs):
-                for side in (("base", "head") if i % 2 == 0 else ("head", "base")):
+                for side in (order if i % 2 == 0 else order[::-1]):
                     if progress:
                         progress(f"bench-ab: run {i + 1}/{runs} of {side}")
                     out = Path(tmp) / f"{side}-{i}.json"
                     _run(python, trees[side] / project, pytest_args, out, timeout_s, side, counting)
                     for name, seconds in _fastest(out).items():
-                        medians[side].setdefault(name, []).append(seconds)
+                        samples[side].setdefault(name, []).append(seconds)
         finally:
             for path in trees.values():
                 if path.exists():
                     repo.git.worktree("remove", "--force", str(path))
-    return _timings(medians["base"]), _timings(medians["head"])
+    return samples
+
+
+def _repo(repo_root: Path) -> Any:
+    git = require("git", "maxcode bench-ab")
+    try:
+        return git.Repo(repo_root, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise MaxcodeError(f"bench-ab: {repo_root} is not in a git repository") from None
+
+
+def commit_of(repo: Any, ref: str) -> str:
+    """The full hash ``ref`` names, or a one-line error."""
+    git = require("git", "maxcode bench-ab")
+    try:
+        return str(repo.commit(ref).hexsha)
+    except (git.BadName, ValueError):
+        raise MaxcodeError(f"bench-ab: {ref!r} is not a commit in {repo.working_tree_dir} (fetch it first?)") from None
+
+
+def resolve_commit(repo_root: Path, ref: str) -> str:
+    return commit_of(_repo(repo_root), ref)
 
 
 class _Counting:

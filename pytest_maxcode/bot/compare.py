@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
-from ..report import fmt_time
+from ..report import fmt_time, sparkline
 from ..tables import DEFAULT_THRESHOLD, parse_regressions
 
 ALPHA = 0.05
@@ -59,6 +59,11 @@ class CompareResult:
     comparisons: list[Comparison] = field(default_factory=list)
     only_base: list[str] = field(default_factory=list)
     only_head: list[str] = field(default_factory=list)
+    base_commit: str | None = None  # the commits measured, named in the comment
+    head_commit: str | None = None
+    unit: str = "s"  # "s", or "instructions" when counted under callgrind
+    baseline: str | None = None  # where the base's figures came from, when not measured beside the head's
+    trends: dict[str, list[float]] = field(default_factory=dict)  # benchmark -> the base branch's recent medians
 
     @property
     def regressions(self) -> list[Comparison]:
@@ -70,6 +75,8 @@ class CompareResult:
             "improvements": sum(c.verdict == "improved" for c in self.comparisons),
             "comparisons": [asdict(c) for c in self.comparisons],
             "only_base": self.only_base, "only_head": self.only_head,
+            "base_commit": self.base_commit, "head_commit": self.head_commit, "unit": self.unit,
+            "baseline": self.baseline, "trends": self.trends,
         }
 
 
@@ -167,9 +174,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-#: the old private name, until bench/ab.py and tests/test_bot_compare.py import ``holm``
-
-
 def compare(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,
             thresholds: Mapping[str, float] | None = None, base_label: str = "base", head_label: str = "head") -> CompareResult:
     from scipy.stats import mannwhitneyu  # scipy loads in a second: imported when used, keeps start-up fast
@@ -201,7 +205,6 @@ def compare(base: Mapping[str, Timings], head: Mapping[str, Timings], *, thresho
     return result
 
 
-
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
@@ -216,6 +219,22 @@ def _method_text(result: CompareResult) -> str:
     return "one-sided Mann-Whitney U on raw timings, Holm-corrected; else non-overlapping 95% intervals"
 
 
+def _figure(x: float, unit: str) -> str:
+    if unit == "instructions":
+        for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if abs(x) >= scale:
+                return f"{x / scale:.4g} {suffix}instr"
+        return f"{x:.0f} instr"
+    return fmt_time(x)
+
+
+def _commits(result: CompareResult) -> str:
+    """Which two commits were measured: a comment on a pull request outlives its pushes."""
+    def one(label: str, sha: str | None) -> str:
+        return f"`{label}` ({sha[:12]})" if sha and sha[:12] not in label else f"`{label}`"
+    return f"Base {one(result.base, result.base_commit)}, head {one(result.head, result.head_commit)}."
+
+
 def markdown(result: CompareResult) -> str:
     n = len(result.regressions)
     improved = sum(c.verdict == "improved" for c in result.comparisons)
@@ -227,17 +246,27 @@ def markdown(result: CompareResult) -> str:
         head = f"**No regressions** in {len(result.comparisons)} benchmark(s)"
     if improved:
         head += f"; {improved} faster"
-    lines = [f"### ⏱ Performance: {head}", "",
-             "A regression is a slowdown beyond the threshold that is also statistically significant "
-             f"({_method_text(result)}).", "",
-             "| benchmark | base (median) | head (median) | change (95% CI) | p | threshold | |", "|---|---:|---:|---:|---:|---:|---|"]
+    what = "instructions" if result.unit == "instructions" else "median"
+    trend = bool(result.trends)
+    lines = [f"### ⏱ Performance: {head}", "", _commits(result)
+             + (f" The base's figures: {result.baseline}." if result.baseline else ""), "",
+             ("A regression is a slowdown beyond the threshold that is also statistically significant "
+              f"({_method_text(result)})."), "",
+             f"| benchmark | base ({what}) | head ({what}) | change (95% CI) | p | threshold | |" + (" base trend |" if trend else ""),
+             "|---|---:|---:|---:|---:|---:|---|" + ("---|" if trend else "")]
     icon = {"regressed": "🔴 slower", "improved": "🟢 faster", "unchanged": ""}
     for c in sorted(result.comparisons, key=lambda c: (c.verdict != "regressed", -c.change)):
         ci = f" [{_pct(c.change_ci[0])}, {_pct(c.change_ci[1])}]" if c.change_ci else ""
         p = f"{c.p_value:.2g}" if c.p_value is not None else ("sig." if c.significant else "n.s.")
-        lines.append(f"| `{c.name}` | {fmt_time(c.base_median_s)} | {fmt_time(c.head_median_s)} | {_pct(c.change)}{ci} | {p} | "
-                     f"{100 * c.threshold:.0f}% | {icon[c.verdict]} |")
+        row = (f"| `{c.name}` | {_figure(c.base_median_s, result.unit)} | {_figure(c.head_median_s, result.unit)} | "
+               f"{_pct(c.change)}{ci} | {p} | {100 * c.threshold:.0f}% | {icon[c.verdict]} |")
+        if trend:
+            points = result.trends.get(c.name) or []
+            row += f" {sparkline(points)} ({len(points)})" + " |" if points else " |"
+        lines.append(row)
     for label, names in (("only in base", result.only_base), ("only in head", result.only_head)):
         if names:
             lines += ["", f"{label}: " + ", ".join(f"`{x}`" for x in names)]
+    if trend:
+        lines += ["", "Base trend: the base branch's stored medians, oldest first (the number of runs in brackets)."]
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from ._format import (
     remeasure_text,
     sandbox_weak,
     search_brief,
+    sparkline,
     summary_row,
     warning_lines,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "render_markdown",
     "render_terminal",
     "sandbox_weak",
+    "sparkline",
     "validate",
     "write_reports",
 ]

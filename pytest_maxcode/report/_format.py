@@ -337,3 +337,16 @@ def warning_lines(report: Mapping[str, Any]) -> list[str]:
     """What every rendering of a report says before the details: sandbox, range and noise warnings."""
     ranges = [range_line(t) for t in report.get("targets") or [] if isinstance(t, Mapping)]
     return [line for line in (sandbox_line(report), *ranges, noise_line(report)) if line]
+
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """A trend in block characters, scaled between the smallest and the largest value."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi - lo <= 1e-12 * max(abs(hi), 1e-30):
+        return _BARS[3] * len(values)
+    return "".join(_BARS[min(len(_BARS) - 1, int((v - lo) / (hi - lo) * len(_BARS)))] for v in values)
