@@ -40,6 +40,8 @@ WORKFLOWS = sorted(CI.glob("*.yml"))
 SHA_PIN = re.compile(r"[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}")
 SECRET_REF = re.compile(r"\$\{\{[^}]*\bsecrets\.")
 PYTEST_CMD = re.compile(r"(^|[\s;&|(])pytest(\s|$)", re.MULTILINE)
+#: what runs the project's (or a candidate's) code: pytest itself, or maxcode's benchmark runs
+RUNS_PROJECT_CODE = re.compile(r"(^|[\s;&|(])(pytest(\s|$)|python -m pytest_maxcode bench-(ab|record)\b)", re.MULTILINE)
 
 INPUT_DEFAULTS = {
     "pytest-args": "",
@@ -53,6 +55,13 @@ INPUT_DEFAULTS = {
     "labels": "performance",
     "python-version": "3.11",
     "working-directory": ".",
+    "app-id": "",
+    "app-private-key": "",
+    "cache": "true",
+    "timer": "",
+    "runs": "",
+    "baseline": "rerun",
+    "history": "true",
 }
 
 
@@ -240,10 +249,10 @@ def test_no_expression_in_any_script():
 def test_github_token_only_where_needed():
     holders = [s["name"] for s in steps() if "github-token" in env_text(s) or "GITHUB_TOKEN" in env_text(s)]
     assert holders == ["maxcode pr", "maxcode comment"]
-    assert step("maxcode pr")["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
+    assert step("maxcode pr")["env"]["GITHUB_TOKEN"] == "${{ steps.app-token.outputs.token || inputs.github-token }}"
     assert step("maxcode comment")["env"]["GITHUB_TOKEN"] == "${{ inputs.github-token }}"
-    assert re.search(r"^\s*maxcode pr ", step("maxcode pr")["run"], re.MULTILINE)
-    assert re.search(r"^\s*maxcode comment ", step("maxcode comment")["run"], re.MULTILINE)
+    assert re.search(r"^\s*python -m pytest_maxcode pr ", step("maxcode pr")["run"], re.MULTILINE)
+    assert re.search(r"^\s*python -m pytest_maxcode comment ", step("maxcode comment")["run"], re.MULTILINE)
     for s in steps():
         if s["name"] not in holders:
             blob = json.dumps({k: v for k, v in s.items() if k != "name"})
@@ -258,14 +267,44 @@ def test_anthropic_key_only_in_the_pytest_maxcode_step():
 
 
 def test_steps_that_run_pytest_hold_no_token():
-    runners = [s for s in steps() if PYTEST_CMD.search(s.get("run", ""))]
-    assert [s["name"] for s in runners] == ["pytest --maxcode", "Benchmarks at the base", "Benchmarks at HEAD"]
+    runners = [s for s in steps() if RUNS_PROJECT_CODE.search(s.get("run", ""))]
+    assert [s["name"] for s in runners] == ["pytest --maxcode", "Benchmarks, base and HEAD alternately", "Record the benchmarks"]
     for s in runners:
         assert "GITHUB_TOKEN" not in (s.get("env") or {}), s["name"]
-        assert "token" not in env_text(s).lower(), s["name"]
+        assert "token" not in env_text(s).lower() and "private-key" not in env_text(s), s["name"]
     for s in steps():
         if s["name"] in ("maxcode pr", "maxcode comment"):
-            assert not PYTEST_CMD.search(s["run"]), s["name"]
+            assert not RUNS_PROJECT_CODE.search(s["run"]), s["name"]
+
+
+def test_the_app_key_reaches_only_the_token_step_after_pytest():
+    names = [s["name"] for s in steps()]
+    holders = [s["name"] for s in steps() if "app-private-key" in json.dumps(s)]
+    assert holders == ["Check inputs", "GitHub App token"]
+    assert step("Check inputs")["env"]["HAS_APP_KEY"] == "${{ inputs.app-private-key != '' }}"  # a boolean, not the key
+    token = step("GitHub App token")
+    assert token["with"]["private-key"] == "${{ inputs.app-private-key }}" and "run" not in token
+    assert names.index("pytest --maxcode") < names.index("GitHub App token") < names.index("maxcode pr")
+
+
+def test_the_caches_keep_the_store_and_the_history():
+    """.maxcode is restored before the search and saved after it even when it failed; the
+    benchmark history is restored by branch prefix and saved under a new key each run."""
+    names = [s["name"] for s in steps()]
+    restore, save = step("Restore .maxcode"), step("Save .maxcode")
+    assert restore["uses"].startswith("actions/cache/restore@") and save["uses"].startswith("actions/cache/save@")
+    assert restore["with"]["path"] == save["with"]["path"] == "${{ inputs.working-directory }}/.maxcode"
+    assert restore["with"]["key"] == save["with"]["key"] and "github.run_id" in save["with"]["key"]
+    prefixes = restore["with"]["restore-keys"].strip().splitlines()
+    assert all(save["with"]["key"].startswith(p.rstrip("-")) for p in prefixes) and len(prefixes) == 2
+    assert save["if"].startswith("always()")
+    assert names.index("Restore .maxcode") < names.index("pytest --maxcode") < names.index("Save .maxcode")
+    h_restore, h_save = step("Restore the benchmark history"), step("Save the benchmark history")
+    assert h_restore["with"]["path"] == h_save["with"]["path"] == "${{ runner.temp }}/maxcode-history"
+    assert h_restore["with"]["key"] == h_save["with"]["key"]
+    assert h_save["with"]["key"].startswith(h_restore["with"]["restore-keys"])
+    assert names.index("Restore the benchmark history") < names.index("Benchmarks, base and HEAD alternately")
+    assert names.index("Record the benchmarks") < names.index("Save the benchmark history")
 
 
 # -- the workflows ----------------------------------------------------------------------------
@@ -285,7 +324,8 @@ def uses_step(job: dict[str, Any], prefix: str) -> dict[str, Any]:
 def test_workflows_common_rules(path):
     wf = load(path)
     assert "pull_request_target" not in triggers(wf)
-    assert wf["concurrency"]["cancel-in-progress"] is True
+    # a search runs for hours and is not cancelled; a superseded regression run is
+    assert wf["concurrency"]["cancel-in-progress"] is (path != OPTIMIZE)
     job = only_job(wf)
     assert "permissions" not in job  # the workflow's least-privilege set applies
     checkout = uses_step(job, "actions/checkout@")
@@ -317,13 +357,18 @@ def test_optimize_workflow():
     assert local["with"]["mode"] == "optimize"
     assert local["with"]["anthropic-api-key"] == "${{ secrets.ANTHROPIC_API_KEY }}"
     assert "inputs.budget" in local["with"]["budget"]
+    # both ways for the bot's pull requests to get CI: an App, else a PAT, else the job's token
+    assert local["with"]["app-id"] == "${{ vars.MAXCODE_APP_ID }}"
+    assert local["with"]["app-private-key"] == "${{ secrets.MAXCODE_APP_PRIVATE_KEY }}"
+    assert local["with"]["github-token"] == "${{ secrets.MAXCODE_BOT_TOKEN || github.token }}"
 
 
 def test_regressions_workflow():
     wf = load(REGRESSIONS)
-    assert set(triggers(wf)) == {"pull_request"}
+    on = triggers(wf)
+    assert set(on) == {"pull_request", "push"} and on["push"] == {"branches": ["main"]}  # pushes store the history
     assert wf["permissions"] == {"contents": "read", "pull-requests": "write"}
-    assert "github.event.pull_request.number" in wf["concurrency"]["group"]
+    assert "github.event.pull_request.number || github.ref" in wf["concurrency"]["group"]
     job = only_job(wf)
     assert "!startsWith(github.head_ref, 'maxcode/')" in job["if"]
     local = uses_step(job, "./")
@@ -333,7 +378,8 @@ def test_regressions_workflow():
 
 def test_ci_readme_names_the_rules():
     text = (CI / "README.md").read_text()
-    for needle in (".github/workflows/", "ANTHROPIC_API_KEY", "pull_request_target", "persist-credentials", "actionlint"):
+    for needle in (".github/workflows/", "ANTHROPIC_API_KEY", "pull_request_target", "persist-credentials", "actionlint",
+                   "GitHub App", "app-private-key", "MAXCODE_BOT_TOKEN", "actions/cache", "baseline: stored"):
         assert needle in text, needle
 
 
@@ -343,10 +389,20 @@ RECORDER = r"""#!__PYTHON__
 import json, os, sys
 from pathlib import Path
 
-tool, argv = Path(sys.argv[0]).name, sys.argv[1:]
+argv = sys.argv[1:]
+if Path(sys.argv[0]).name != "python":  # a bare pytest or maxcode: maybe another interpreter's
+    tool, argv = "bare-" + Path(sys.argv[0]).name, argv
+elif argv[:2] == ["-m", "pytest"]:
+    tool, argv = "pytest", argv[2:]
+elif argv[:2] == ["-m", "pytest_maxcode"]:
+    tool, argv = "maxcode", argv[2:]
+else:  # python -c ... and the like: the real interpreter
+    os.execv("__PYTHON__", ["__PYTHON__", *argv])
 keep = ("GITHUB_TOKEN", "ANTHROPIC_API_KEY", "MAXCODE_ANTHROPIC_API_KEY", "PYTHONPATH", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0")
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write(json.dumps({"tool": tool, "argv": argv, "cwd": os.getcwd(), "env": {k: os.environ.get(k) for k in keep}}) + "\n")
+if tool.startswith("bare-"):
+    sys.exit(99)
 
 
 def opt(name):
@@ -362,18 +418,19 @@ if tool == "pytest":
         Path(opt("--maxcode-json")).write_text('{"targets": []}')
         Path(".maxcode/reports").mkdir(parents=True, exist_ok=True)
         Path(".maxcode/reports/summary.md").write_text("## maxcode summary\n")
-    if opt("--benchmark-json"):
-        out = Path(opt("--benchmark-json"))
-        out.write_text("")  # pytest-benchmark opens the file at start-up
-        if not os.environ.get("FAKE_NO_BENCHMARKS"):
-            out.write_text(json.dumps({"benchmarks": [{"fullname": Path("VERSION").read_text().strip()}]}))
     sys.exit(int(os.environ.get("FAKE_PYTEST_RC", "0")))
 if argv[0] == "pr":
     Path(opt("--urls-file")).write_text(os.environ.get("FAKE_PR_URLS", ""))
+    print("opened https://github.com/owner/repo/pull/1 for `t`\nheld back u: closed without merging")
     sys.exit(int(os.environ.get("FAKE_PR_RC", "0")))
-elif argv[0] == "compare":
-    Path(opt("--markdown")).write_text("| benchmark | verdict |\n")
-    Path(opt("--json")).write_text(json.dumps({"regressions": int(os.environ.get("FAKE_REGRESSIONS", "0"))}))
+elif argv[0] in ("bench-ab", "bench-record"):
+    if opt("--history"):
+        Path(opt("--history")).parent.mkdir(parents=True, exist_ok=True)
+        Path(opt("--history")).write_text('{"records": []}')
+    if argv[0] == "bench-ab":
+        Path(opt("--markdown")).write_text("| benchmark | verdict |\n")
+        Path(opt("--json")).write_text(json.dumps({"regressions": int(os.environ.get("FAKE_REGRESSIONS", "0"))}))
+    sys.exit(int(os.environ.get("FAKE_BENCH_RC", "0")))
 elif argv[0] == "comment":
     sys.exit(int(os.environ.get("FAKE_COMMENT_RC", "0")))
 """
@@ -383,15 +440,27 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COM
 
 
 def resolve(value: Any, ctx: dict[str, Any]) -> str:
-    """The ``${{ a.b.c }}`` lookups the action uses (anything fancier is an error here)."""
-    def lookup(m: re.Match) -> str:
+    """The ``${{ ... }}`` expressions the action uses: lookups ``a.b.c``, ``A || B`` (the first
+    non-empty) and ``A != ''`` (anything fancier is an error here)."""
+    def lookup(path: str) -> str:
         node: Any = ctx
-        for part in m.group(1).split("."):
+        for part in path.split("."):
             node = node.get(part, "") if isinstance(node, dict) else ""
         return str(node)
 
+    def expr(m: re.Match) -> str:
+        body = m.group(1).strip()
+        if body.endswith("!= ''"):
+            return "true" if lookup(body[:-5].strip()) else "false"
+        for alternative in body.split("||"):
+            alternative = alternative.strip()
+            assert re.fullmatch(r"[\w-]+(\.[\w-]+)+", alternative), f"unsupported expression: {body}"
+            if lookup(alternative):
+                return lookup(alternative)
+        return ""
+
     text = str(value)
-    out = re.sub(r"\$\{\{\s*([\w-]+(?:\.[\w-]+)+)\s*\}\}", lookup, text)
+    out = re.sub(r"\$\{\{(.*?)\}\}", expr, text)
     assert "${{" not in out, f"unsupported expression: {text}"
     return out
 
@@ -405,14 +474,14 @@ class Runner:
         self.temp.mkdir()
         self.bin = tmp / "bin"
         self.bin.mkdir()
-        for tool in ("pytest", "maxcode"):
+        for tool in ("python", "pytest", "maxcode"):
             (self.bin / tool).write_text(RECORDER.replace("__PYTHON__", sys.executable))
             (self.bin / tool).chmod(0o755)
-        (self.bin / "python").symlink_to(sys.executable)
         self.log = tmp / "calls.jsonl"
         self.summary = tmp / "summary.md"
         self.summary.write_text("")
-        self.ctx: dict[str, Any] = {"github": {"token": "ghs_TOKEN", "base_ref": "", "event": event or {}}, "steps": {}}
+        self.ctx: dict[str, Any] = {"github": {"token": "ghs_TOKEN", "base_ref": "", "event": event or {}}, "steps": {},
+                                    "runner": {"temp": str(self.temp)}}
         action_inputs = load(ACTION)["inputs"]
         merged = {k: resolve(v.get("default", ""), self.ctx) for k, v in action_inputs.items()}
         merged.update(inputs)
@@ -426,6 +495,7 @@ class Runner:
         full = {**base, **GIT_ENV, "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(self.log),
                 "RUNNER_TEMP": str(self.temp), "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(self.summary),
                 "GITHUB_REPOSITORY": "owner/repo", "GITHUB_REF_NAME": "main", "GITHUB_REF_TYPE": "branch",
+                "GITHUB_EVENT_NAME": "pull_request",
                 "GITHUB_ACTION_PATH": str(ROOT)}
         full.update({k: resolve(v, self.ctx) for k, v in (s.get("env") or {}).items()})
         full.update(env)
@@ -478,6 +548,12 @@ needs_bash_git = pytest.mark.skipif(not (shutil.which("bash") and shutil.which("
     ({"mode": "optimize", "working-directory": "nowhere"}, "input 'working-directory'"),
     ({"mode": "regressions"}, "mode 'regressions' needs a base branch"),
     ({"mode": "regressions", "base-ref": "a..b"}, "input 'base-ref' is not a branch name"),
+    ({"mode": "optimize", "cache": "yes"}, "input 'cache' must be 'true' or 'false'"),
+    ({"mode": "regressions", "base-ref": "main", "history": "1"}, "input 'history' must be"),
+    ({"mode": "regressions", "base-ref": "main", "timer": "cycles"}, "input 'timer' must be 'time' or 'instructions'"),
+    ({"mode": "regressions", "base-ref": "main", "runs": "1"}, "input 'runs' must be a whole number of at least 2"),
+    ({"mode": "regressions", "base-ref": "main", "baseline": "cached"}, "input 'baseline' must be 'rerun' or 'stored'"),
+    ({"mode": "optimize", "app-id": "123"}, "input 'app-id' needs 'app-private-key'"),
 ])
 def test_check_step_rejects(tmp_path, inputs, message):
     r = Runner(tmp_path, tmp_path, inputs).run("Check inputs")
@@ -492,6 +568,8 @@ def test_check_step_rejects(tmp_path, inputs, message):
     {"mode": "optimize", "budget": "", "min-speedup": "", "draft": "true"},
     {"mode": "regressions", "base-ref": "main"},
     {"mode": "regressions", "base-ref": "refs/heads/release/1.x"},
+    {"mode": "regressions", "base-ref": "main", "timer": "instructions", "runs": "12", "baseline": "stored", "history": "false"},
+    {"mode": "optimize", "app-id": "123", "app-private-key": "-----BEGIN KEY-----", "cache": "false"},
 ])
 def test_check_step_accepts(tmp_path, inputs):
     r = Runner(tmp_path, tmp_path, inputs).run("Check inputs")
@@ -531,6 +609,10 @@ def test_optimize_and_pr_steps(tmp_path):
     assert call["env"]["GIT_CONFIG_VALUE_0"] == "AUTHORIZATION: basic " + base64.b64encode(b"x-access-token:ghs_TOKEN").decode()
     assert "::add-mask::" + base64.b64encode(b"x-access-token:ghs_TOKEN").decode() in r.stdout
     assert runner.outputs("pr") == {"pr-url": "https://github.com/owner/repo/pull/1\nhttps://github.com/owner/repo/pull/2"}
+    summary = runner.summary.read_text()  # each pull request linked, what was held back and why
+    assert "- https://github.com/owner/repo/pull/1\n- https://github.com/owner/repo/pull/2\n" in summary
+    assert "held back u: closed without merging" in summary and "for 't'" in summary  # backticks cannot break the fence
+    assert [c["tool"] for c in runner.calls()] == ["pytest", "maxcode"]  # python -m, never a bare command
 
 
 @needs_bash_git
@@ -584,31 +666,24 @@ def test_regressions_steps(tmp_path):
 
     event = {"pull_request": {"number": 7, "head": {"repo": {"full_name": "owner/repo"}}}}
     runner = Runner(tmp_path, ws, {"mode": "regressions", "base-ref": "main", "working-directory": "proj",
-                                   "pytest-args": "bench --benchmark-min-rounds=5"}, event=event)
-    r = runner.run("Check out the base")
+                                   "pytest-args": "bench --benchmark-min-rounds=5", "timer": "instructions",
+                                   "baseline": "stored"}, event=event)
+    r = runner.run("Fetch the base")
     assert r.returncode == 0, r.stdout + r.stderr
-    base_dir = runner.temp / "maxcode-base" / "proj"
-    assert runner.outputs("base") == {"dir": f"{base_dir}/"}
-    assert (base_dir / "VERSION").read_text() == "base\n"
+    assert runner.outputs("base") == {"branch": "main", "ref": "refs/remotes/origin/main"}
+    assert git(ws, "rev-parse", "refs/remotes/origin/main") == git(origin, "rev-parse", "main")
 
-    assert runner.run("Benchmarks at the base").returncode == 0
-    assert runner.run("Benchmarks at HEAD").returncode == 0
-    base_call, head_call = runner.calls()
-    base_json, head_json = runner.temp / "maxcode-bench-base.json", runner.temp / "maxcode-bench-head.json"
-    assert base_call["argv"] == ["bench", "--benchmark-min-rounds=5", "--benchmark-only", f"--benchmark-json={base_json}"]
-    assert head_call["argv"] == ["bench", "--benchmark-min-rounds=5", "--benchmark-only", f"--benchmark-json={head_json}"]
-    assert Path(base_call["cwd"]) == base_dir and Path(head_call["cwd"]) == ws / "proj"
-    assert base_call["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(base_dir)
-    assert base_call["env"]["GITHUB_TOKEN"] is None
-    assert json.loads(base_json.read_text())["benchmarks"][0]["fullname"] == "base"
-    assert json.loads(head_json.read_text())["benchmarks"][0]["fullname"] == "head"
-
-    r = runner.run("maxcode compare", FAKE_REGRESSIONS="2")
-    assert r.returncode == 0, r.stderr
+    r = runner.run("Benchmarks, base and HEAD alternately", FAKE_REGRESSIONS="2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (call,) = runner.calls()
     md, js = runner.temp / "maxcode-compare.md", runner.temp / "maxcode-compare.json"
-    assert runner.calls()[-1]["argv"] == ["compare", str(base_json), str(head_json), "--markdown", str(md), "--json", str(js)]
-    assert runner.calls()[-1]["env"]["GITHUB_TOKEN"] is None
-    assert runner.outputs("compare") == {"report": str(js), "markdown": str(md), "regressions": "2"}
+    history = runner.temp / "maxcode-history" / "main.json"
+    assert call["tool"] == "maxcode" and Path(call["cwd"]) == ws / "proj"
+    assert call["argv"] == ["bench-ab", "refs/remotes/origin/main", "HEAD", "--markdown", str(md), "--json", str(js),
+                            "--baseline", "stored", "--timer", "instructions", "--history", str(history), "--branch", "main",
+                            "--", "bench", "--benchmark-min-rounds=5"]
+    assert call["env"]["GITHUB_TOKEN"] is None
+    assert runner.outputs("compare") == {"report": str(js), "markdown": str(md), "regressions": "2", "history": "true"}
     assert runner.summary.read_text() == "| benchmark | verdict |\n"
 
     r = runner.run("maxcode comment")
@@ -619,23 +694,29 @@ def test_regressions_steps(tmp_path):
     runner.ctx["github"]["event"]["pull_request"]["head"]["repo"]["full_name"] = "fork/repo"
     r = runner.run("maxcode comment", FAKE_COMMENT_RC="1")
     assert r.returncode == 0 and "::warning" in r.stdout  # a fork's read-only token: fails soft
-
-    assert runner.run("Remove the base worktree").returncode == 0
-    assert not (runner.temp / "maxcode-base").exists()
-    assert "maxcode-base" not in git(ws, "worktree", "list")
+    assert all(c["tool"] == "maxcode" for c in runner.calls())
 
 
 @needs_bash_git
-def test_regressions_without_baseline_and_failing_head(tmp_path):
-    runner = Runner(tmp_path, tmp_path, {"mode": "regressions", "base-ref": "main"})
-    (tmp_path / "base").mkdir()
-    (tmp_path / "VERSION").write_text("head\n")
-    runner.ctx["steps"]["base"] = {"outputs": {"dir": str(tmp_path / "base")}}
-    r = runner.run("Benchmarks at the base", FAKE_NO_BENCHMARKS="1", FAKE_PYTEST_RC="5")
-    assert r.returncode == 0 and "::warning" in r.stdout
-    assert json.loads((runner.temp / "maxcode-bench-base.json").read_text()) == {"benchmarks": []}
-    runner.ctx["steps"]["base"] = {"outputs": {"dir": str(tmp_path / "gone")}}
-    r = runner.run("Benchmarks at the base")
-    assert r.returncode == 0 and "does not exist at the base" in r.stdout
-    r = runner.run("Benchmarks at HEAD", FAKE_PYTEST_RC="1")
-    assert r.returncode == 1 and "::error" in r.stdout
+def test_a_push_stores_the_branch_figures_and_a_failure_fails(tmp_path):
+    git(tmp_path, "init", "-q", "-b", "main")
+    runner = Runner(tmp_path, tmp_path, {"mode": "regressions", "base-ref": "", "runs": "7"})
+    assert runner.run("Check inputs", GITHUB_EVENT_NAME="push").returncode == 0
+    r = runner.run("Check inputs", GITHUB_EVENT_NAME="pull_request")
+    assert r.returncode == 1 and "needs a base branch" in r.stdout
+    assert runner.run("Fetch the base", GITHUB_REF_NAME="release/1.x").returncode == 0
+    assert runner.outputs("base") == {"branch": "release/1.x"}
+    r = runner.run("Record the benchmarks", GITHUB_REF_NAME="release/1.x")
+    assert r.returncode == 0, r.stdout + r.stderr
+    history = runner.temp / "maxcode-history" / "release/1.x.json"
+    assert runner.calls()[-1]["argv"] == ["bench-record", "HEAD", "--history", str(history), "--branch", "release/1.x",
+                                          "--runs", "7", "--"]
+    assert runner.outputs("record") == {"history": "true"}
+
+    runner.ctx["steps"]["base"] = {"outputs": {"branch": "main", "ref": "refs/remotes/origin/main"}}
+    r = runner.run("Benchmarks, base and HEAD alternately", FAKE_BENCH_RC="2")
+    assert r.returncode == 2  # bench-ab failed (a broken benchmark at HEAD): the job fails
+    assert "regressions" not in runner.outputs("compare")
+    runner.ctx["inputs"]["history"] = "false"
+    assert runner.run("Benchmarks, base and HEAD alternately").returncode == 0
+    assert "--history" not in runner.calls()[-1]["argv"]

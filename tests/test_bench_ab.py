@@ -87,7 +87,7 @@ def test_the_checkout_is_left_as_it_was(repo: Path) -> None:
 def test_bad_input_is_one_line(repo: Path) -> None:
     with pytest.raises(MaxcodeError, match="'nope' is not a commit"):
         ab.interleaved(repo, "nope", "head", ARGS, project="proj")
-    with pytest.raises(MaxcodeError, match="does not exist on the base commit"):
+    with pytest.raises(MaxcodeError, match="does not exist on the head commit"):
         ab.interleaved(repo, "base", "head", ARGS, project="elsewhere")
     with pytest.raises(MaxcodeError, match="pytest failed on the base"):
         ab.interleaved(repo, "base", "head", ["--no-such-option"], project="proj")
@@ -185,3 +185,25 @@ def test_instruction_counts_are_reported_as_counts() -> None:
     result.unit = "instructions"
     text = markdown(result)
     assert "| base (instructions) |" in text and "2 Minstr | 2.5 Minstr | +25.0%" in text and " s |" not in text
+
+
+def test_a_pull_request_that_adds_the_first_benchmarks(tmp_path: Path) -> None:
+    """No project folder at the base: every benchmark is new, not an error (the head's absence is one)."""
+    r = git.Repo.init(tmp_path)
+    with r.config_writer() as cw:
+        cw.set_value("user", "name", "t").set_value("user", "email", "t@example.com")
+    (tmp_path / "README").write_text("x\n")
+    r.index.add(["README"])
+    r.index.commit("no benchmarks yet")
+    r.create_tag("before")
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "test_bench.py").write_text(BENCH.format(doubled=100, fifth=100))
+    r.index.add(["proj/test_bench.py"])
+    r.index.commit("benchmarks")
+    said: list[str] = []
+    base, head = ab.interleaved(tmp_path, "before", "HEAD", ARGS, runs=2, project="proj", progress=said.append)
+    result = ab.judge(base, head)
+    assert base == {} and result.comparisons == [] and len(result.only_head) == 3
+    assert any("does not exist on the base: every benchmark counts as new" in m for m in said)
+    with pytest.raises(MaxcodeError, match="does not exist on the head commit"):
+        ab.interleaved(tmp_path, "HEAD", "before", ARGS, runs=2, project="proj")

@@ -53,16 +53,19 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
     ``stored_base``: the base's figures from a history; then only the head runs."""
     refs = {"head": head} if stored_base is not None else {"base": base, "head": head}
     samples = measure(repo_root, refs, pytest_args, runs=runs, project=project, python=python, timeout_s=timeout_s,
-                      timer=timer, progress=progress)
+                      timer=timer, progress=progress, optional=frozenset({"base"}))
     base_samples = {k: list(v) for k, v in stored_base.items()} if stored_base is not None else samples["base"]
     return _timings(base_samples), _timings(samples["head"])
 
 
 def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str], *, runs: int = RUNS, project: str = ".",
             python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
-            progress: Callable[[str], None] | None = None) -> dict[str, dict[str, list[float]]]:
+            progress: Callable[[str], None] | None = None,
+            optional: frozenset[str] = frozenset()) -> dict[str, dict[str, list[float]]]:
     """Per side (``refs``: side name -> commit), each benchmark's figure per process, the
-    sides' processes alternating ABBA... (a slow drift of the machine weighs on all alike)."""
+    sides' processes alternating ABBA... (a slow drift of the machine weighs on all alike).
+    An ``optional`` side (the base) that lacks the project folder or collects no benchmark
+    has none: a pull request that adds the first benchmarks is not an error."""
     if timer not in ("time", "instructions"):
         raise MaxcodeError(f"bench-ab: --timer {timer!r}: expected time or instructions")
     counting = _Counting(Path(repo_root)) if timer == "instructions" else None
@@ -78,13 +81,14 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
         try:
             for side, ref in refs.items():
                 repo.git.worktree("add", "--detach", str(trees[side]), ref)
-            order = list(refs)
+            order = [side for side in refs if not _absent(trees[side] / project, side, side in optional, progress)]
             for i in range(runs):
                 for side in (order if i % 2 == 0 else order[::-1]):
                     if progress:
                         progress(f"bench-ab: run {i + 1}/{runs} of {side}")
                     out = Path(tmp) / f"{side}-{i}.json"
-                    _run(python, trees[side] / project, pytest_args, out, timeout_s, side, counting)
+                    _run(python, trees[side] / project, pytest_args, out, timeout_s, side, counting,
+                         None if counting else 1.0 / runs)
                     for name, seconds in _fastest(out).items():
                         samples[side].setdefault(name, []).append(seconds)
         finally:
@@ -92,6 +96,14 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
                 if path.exists():
                     repo.git.worktree("remove", "--force", str(path))
     return samples
+
+
+def _absent(cwd: Path, side: str, optional: bool, progress: Callable[[str], None] | None) -> bool:
+    if cwd.is_dir() or not optional:
+        return False
+    if progress:
+        progress(f"bench-ab: {cwd.name!r} does not exist on the {side}: every benchmark counts as new")
+    return True
 
 
 def _repo(repo_root: Path) -> Any:
@@ -142,18 +154,27 @@ class _Counting:
 
 
 def _run(python: str, cwd: Path, pytest_args: Sequence[str], out: Path, timeout_s: float, side: str,
-         counting: _Counting | None = None) -> None:
+         counting: _Counting | None = None, share: float | None = None) -> None:
+    """One pytest process of one side; ``share``: its part of pytest-benchmark's default second
+    per benchmark, so that all the runs of a side cost about one ordinary benchmark run."""
     if not cwd.is_dir():
         raise MaxcodeError(f"bench-ab: {cwd.name!r} does not exist on the {side} commit (check --project)")
     argv = [python, "-m", "pytest", *pytest_args, "--benchmark-only", f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"]
+    if share and not any(a.startswith("--benchmark-max-time") for a in pytest_args):
+        argv.insert(3 + len(pytest_args), f"--benchmark-max-time={share:.3g}")
     env = dict(os.environ)
+    # this side's own modules before any installed (editable) copy of the project
+    front = [str(cwd / "src")] if (cwd / "src").is_dir() else []
+    env["PYTHONPATH"] = os.pathsep.join([*front, str(cwd), *filter(None, [env.get("PYTHONPATH")])])
     if counting is not None:
         argv = counting.wrap(argv, out, env)
     try:
         proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
     except subprocess.TimeoutExpired:
         raise MaxcodeError(f"bench-ab: the {side}'s benchmarks did not finish within {timeout_s:.0f} s") from None
-    if proc.returncode != 0 or not out.exists():
+    if proc.returncode == 5:  # pytest collected no benchmark here
+        out.write_text('{"benchmarks": []}')
+    if proc.returncode not in (0, 5) or not out.exists():
         last = next((ln for ln in reversed((proc.stdout + proc.stderr).splitlines()) if ln.strip()), "no output")
         raise MaxcodeError(f"bench-ab: pytest failed on the {side} (exit {proc.returncode}): {last.strip()[:200]}")
 
