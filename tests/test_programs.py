@@ -245,8 +245,13 @@ def test_the_example_program_is_searched_verified_resumed_and_applied(tmp_path: 
     cases = root / "testcases" / "prefix_sums"
     assert [w["signature"] for w in t["workloads"]] == [f"stdin input.{k}.txt ({(cases / f'input.{k}.txt').stat().st_size} bytes)" for k in (1, 2, 3)]
     assert t["reference"]["file"] == "src/prefix_sums.cpp" and t["candidates"]["tried"] == 3
-    # again: every evaluation comes from the store
-    again = run_pytest(root, "--maxcode-json=again.json")
+    # again, the way the action's next scheduled run does it: a fresh checkout in another folder,
+    # .maxcode restored from the archive actions/cache made of it; every evaluation comes from the store
+    fresh = tmp_path / "next-run" / "program_project"
+    shutil.copytree(root, fresh, ignore=shutil.ignore_patterns(".maxcode", "__pycache__", "*.json"))
+    archive = shutil.make_archive(str(tmp_path / "cache"), "gztar", root_dir=root, base_dir=".maxcode")
+    shutil.unpack_archive(archive, fresh)
+    again = run_pytest(fresh, "--maxcode-json=again.json")
     assert again.returncode == 0 and "prefix_sums: evaluating 0 candidate(s), 3 from the store" in again.stdout
     # apply: the rewrite replaces the program, once
     source = root / "src" / "prefix_sums.cpp"
