@@ -61,6 +61,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         terminalreporter.write(buf.getvalue())
         for kind, path in session.report_paths.items():
             terminalreporter.write_line(f"maxcode {kind} report: {path}")
+        from .search.policy import without_model_note
+
+        searched = [t["id"] for t in session.report.get("targets", []) if t.get("status") != "skipped"]
+        note = without_model_note(session.root, session.policy_name, searched)
+        if note:
+            terminalreporter.write_line(note)
     # the last word: why the exit status is not the tests' own
     if session.interrupted is not None:
         terminalreporter.write_line(f"maxcode: interrupted; wrote the report of {session.interrupted} finished target(s); "

@@ -14,6 +14,7 @@ A seed declares parameters on one line, anywhere in the file::
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import itertools
 import re
@@ -78,7 +79,67 @@ def expand(text: str, ext: str) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
-COMPILE_TEMPLATE = '''"""maxcode built-in candidate: torch.compile(mode={mode!r}) of {target_id}."""
+@dataclass(frozen=True)
+class CompileVariant:
+    """One ``torch.compile`` configuration of the reference, proposed as its own candidate."""
+
+    name: str  # the candidate's origin reads ``torch.compile:<name>``
+    mode: str = "default"
+    fullgraph: bool = False
+    #: inductor settings on top of the mode's (``torch._inductor.config`` names)
+    options: tuple[tuple[str, object], ...] = ()
+
+    def call_args(self) -> str:
+        """The keyword arguments of the generated ``torch.compile`` call."""
+        head = f"dynamic=False, fullgraph={self.fullgraph!r}"
+        if not self.options:
+            return f"{head}, mode={self.mode!r}"
+        # torch.compile takes a mode or options, not both: the mode's own options come first
+        return f"{head}, options={{**torch._inductor.list_mode_options({self.mode!r}), **{dict(self.options)!r}}}"
+
+
+DEFAULT = CompileVariant("default")
+#: weights become constants: folded, and on CPU prepacked for oneDNN (inference modules only)
+FREEZING: tuple[tuple[str, object], ...] = (("freezing", True),)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def compile_variants(kind: str, device: str, cpu_flags: set[str] | None = None) -> list[CompileVariant]:
+    """The ``torch.compile`` configurations worth a compile on this device, most likely useful
+    first and at most four (each compile costs tens of seconds on a small CPU). CUDA graphs only
+    on a GPU; freezing only for a module (a function has no weights to fold); a narrower vector
+    width only where inductor's default is AVX-512, whose clock penalty can make 256 bits win."""
+    module = kind == "module"
+    freeze = FREEZING if module else ()
+    if device == "cuda":
+        out = [DEFAULT,
+               # one CUDA graph replays the whole call: a graph break would split it, so none is allowed
+               CompileVariant("reduce-overhead", "reduce-overhead", fullgraph=True),
+               CompileVariant("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")]
+        if module:
+            out.append(CompileVariant("freezing", options=FREEZING))
+        return out
+    out = [DEFAULT]
+    if module:
+        out.append(CompileVariant("freezing", options=FREEZING))
+    # on CPU, max-autotune tries inductor's C++ GEMM templates, which pack frozen weights
+    out.append(CompileVariant("max-autotune-no-cudagraphs" + ("+freezing" if module else ""), "max-autotune-no-cudagraphs",
+                              options=freeze))
+    flags = _cpu_flags() if cpu_flags is None else cpu_flags
+    if "avx512f" in flags:
+        out.append(CompileVariant("simdlen=256" + ("+freezing" if module else ""), options=(("cpp.simdlen", 256),) + freeze))
+    return out
+
+
+COMPILE_TEMPLATE = '''"""maxcode built-in candidate: torch.compile ({variant}) of {target_id}."""
 
 import importlib
 
@@ -88,11 +149,11 @@ _obj = importlib.import_module({module!r})
 for _part in {qualname!r}.split("."):
     _obj = getattr(_obj, _part)
 
-{name} = torch.compile(getattr(_obj, "__wrapped__", _obj), mode={mode!r}, dynamic=False)
+{name} = torch.compile(getattr(_obj, "__wrapped__", _obj), {args})
 '''
 
 
-COMPILE_MODULE_TEMPLATE = '''"""maxcode built-in candidate: torch.compile(mode={mode!r}) of {target_id}."""
+COMPILE_MODULE_TEMPLATE = '''"""maxcode built-in candidate: torch.compile ({variant}) of {target_id}."""
 
 import importlib
 
@@ -106,18 +167,46 @@ for _part in {qualname!r}.split("."):
 class ModelNew(_cls):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._maxcode_compiled = torch.compile(super().forward, mode={mode!r}, dynamic=False)
+        self._maxcode_compiled = torch.compile(super().forward, {args})
 
     def forward(self, *args):
         return self._maxcode_compiled(*args)
 '''
 
 
-def compile_candidate_text(target_id: str, module: str, qualname: str, kind: str, mode: str) -> str:
-    """A compat candidate that is ``torch.compile`` of the reference: the field's second baseline."""
+def compile_candidate_text(target_id: str, module: str, qualname: str, kind: str, variant: CompileVariant | str) -> str:
+    """A compat candidate that is ``torch.compile`` of the reference: the field's second baseline
+    (``variant`` a :class:`CompileVariant` or a plain mode)."""
+    v = variant if isinstance(variant, CompileVariant) else CompileVariant(variant, variant)
+    fields = {"variant": v.name, "target_id": target_id, "module": module, "qualname": qualname, "args": v.call_args()}
     if kind == "module":
-        return COMPILE_MODULE_TEMPLATE.format(mode=mode, target_id=target_id, module=module, qualname=qualname)
-    return COMPILE_TEMPLATE.format(mode=mode, target_id=target_id, module=module, qualname=qualname, name=qualname.split(".")[-1])
+        return COMPILE_MODULE_TEMPLATE.format(**fields)
+    return COMPILE_TEMPLATE.format(**fields, name=qualname.split(".")[-1])
+
+
+def builds_without_arguments(source: str, qualname: str) -> bool:
+    """Whether the class ``qualname`` in ``source`` can be built as ``Cls()``, read from its
+    source (the reference's code does not run in this process): how the runtime dispatcher
+    builds a compat ``ModelNew`` before it loads the live module's weights into it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    body: list[ast.stmt] = tree.body
+    found: ast.ClassDef | None = None
+    for part in qualname.split("."):
+        found = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
+        if found is None:
+            return False
+        body = found.body
+    if found is None:
+        return False
+    init = next((n for n in found.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is None:  # inherited: known only for torch's own Module
+        return all(ast.unparse(b) in ("Module", "nn.Module", "torch.nn.Module") for b in found.bases)
+    a = init.args
+    required = len(a.posonlyargs + a.args) - 1 - len(a.defaults)  # self has no default
+    return required <= 0 and all(d is not None for d in a.kw_defaults)
 
 
 EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
@@ -186,6 +275,21 @@ class BuiltinPolicy:
         spec = materialize(self.out_dir, text, entry.lang, "accepted")
         return Proposal(spec, f"accepted:{entry.kernel}", {})
 
+    def _compilable(self) -> bool:
+        """Whether a compiled copy of the reference can stand in for it: a function always; a
+        KernelBench problem's Model is rebuilt from get_init_inputs() under the oracle's seed; a
+        module marked in a project must build without arguments (the runtime builds ModelNew()
+        and loads the live module's weights into it, and the oracle the captured instance's)."""
+        if self.target.kind == "function" or self.target.problem:
+            return True
+        if self.target.kind != "module":
+            return False
+        try:
+            source = self.target.source_file.read_text(errors="replace")
+        except OSError:
+            return False
+        return builds_without_arguments(source, self.target.qualname)
+
     def proposals(self) -> list[Proposal]:
         first = self.accepted()
         out: list[Proposal] = [first] if first else []
@@ -208,12 +312,27 @@ class BuiltinPolicy:
         if program:
             for stem, text, params in program_variants(self.target.source_file.read_text(errors="replace")):
                 out.append(Proposal(materialize(self.out_dir, text, "cpp", stem, "program"), f"rewrite:{stem}", params))
-        # an nn.Module captured from tests has trained or random weights a ModelNew cannot rebuild;
-        # a KernelBench problem's are rebuilt from get_init_inputs() under the same seed
-        if (self.target.kind == "function" or self.target.problem) and self.torch_compile:
-            modes = ["default"] + (["max-autotune-no-cudagraphs"] if self.device == "cuda" else [])
-            for mode in modes:
-                text = compile_candidate_text(self.target.id, self.target.module, self.target.qualname, self.target.kind, mode)
-                spec = materialize(self.out_dir, text, "py", f"compile-{mode}")
-                out.append(Proposal(spec, f"torch.compile:{mode}", {"mode": mode}))
+        if self.torch_compile and self._compilable():
+            for variant in compile_variants(self.target.kind, self.device):
+                text = compile_candidate_text(self.target.id, self.target.module, self.target.qualname, self.target.kind, variant)
+                spec = materialize(self.out_dir, text, "py", "compile-" + re.sub(r"[^A-Za-z0-9]+", "-", variant.name))
+                out.append(Proposal(spec, f"torch.compile:{variant.name}", {"variant": variant.name}))
         return out
+
+
+def has_seeds(root: Path, target_id: str) -> bool:
+    """Whether the project holds hand-written seed kernels for this target."""
+    seeds = root / "maxcode_kernels" / "seeds" / target_id
+    return seeds.is_dir() and any(p.is_file() for p in seeds.iterdir())
+
+
+WITHOUT_MODEL = ("maxcode: the built-in search ran without a model or seed kernels; a model (--maxcode-llm "
+                 "anthropic:MODEL or openai:MODEL@URL) would write and refine new kernels for each target, and a seed "
+                 "kernel in maxcode_kernels/seeds/<target-id>/ would be measured over its tunable parameters")
+
+
+def without_model_note(root: Path, policy: str, searched: list[str]) -> str | None:
+    """The run's last word on what it left out: only after a built-in search with no seeds."""
+    if policy != "builtin" or not searched or any(has_seeds(root, t) for t in searched):
+        return None
+    return WITHOUT_MODEL

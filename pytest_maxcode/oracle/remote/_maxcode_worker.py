@@ -608,6 +608,9 @@ class _Candidate:
                 try:
                     torch.manual_seed(job["model_seed"])
                     target = target(*ref.init_inputs()).to(self.device).eval()
+                    if getattr(ref, "instance", None) is not None and hasattr(target, "load_state_dict"):
+                        # the captured module's weights, as the runtime dispatcher loads the live module's
+                        target.load_state_dict(ref.instance.state_dict(), strict=False)
                 except Exception as e:
                     status = "compile_error" if _is_build_error(e) else "runtime_error"
                     raise CandidateError(status, _one_line_exc(e)) from None
