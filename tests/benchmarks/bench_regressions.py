@@ -1,0 +1,133 @@
+"""Regression mode under load: false alarms, detection, wall time (issue 14's benchmark).
+
+A repository whose base has three benchmarks, a head that changes nothing but the commit
+(``same``), and a head that slows one benchmark 2x and one by 20% (``slow``). Beside a CPU
+hog (one busy process per core, as on a shared runner) it runs
+
+- the interleaved mode (``maxcode bench-ab``: base and head alternately, ``--runs`` processes
+  each, Welch t-test on per-process figures) and the old mode (one pytest-benchmark run of the
+  base, then one of the head, ``maxcode compare``: Mann-Whitney on the rounds), ``--same``
+  times on the unchanged head and ``--slow`` times on the slow one;
+- the instruction mode once on each head.
+
+It prints one JSON object: false regressions per benchmark comparison on the unchanged head
+(target 0), how often the 2x and the 20% were flagged, and the wall time per comparison of
+each mode. Usage: ``python tests/benchmarks/bench_regressions.py [--same 20] [--slow 10]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import git
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_aa_runs import cpu_hog  # noqa: E402
+
+from pytest_maxcode.bench import ab  # noqa: E402
+from pytest_maxcode.bot import compare as cmp  # noqa: E402
+
+BENCH = '''
+def work(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def test_doubled(benchmark):
+    benchmark(work, {doubled})
+
+
+def test_fifth(benchmark):
+    benchmark(work, {fifth})
+
+
+def test_same(benchmark):
+    benchmark(work, 4000)
+'''
+
+
+def make_repo(root: Path) -> None:
+    r = git.Repo.init(root)
+    with r.config_writer() as cw:
+        cw.set_value("user", "name", "t").set_value("user", "email", "t@example.com")
+    (root / "proj").mkdir()
+    for tag, (doubled, fifth) in (("base", (4000, 4000)), ("same", (4000, 4000)), ("slow", (8000, 4800))):
+        (root / "proj" / "test_bench.py").write_text(BENCH.format(doubled=doubled, fifth=fifth) + f"\n# {tag}\n")
+        r.index.add(["proj/test_bench.py"])
+        r.index.commit(tag)
+        r.create_tag(tag)
+
+
+def old_mode(root: Path, head: str) -> tuple[dict[str, str], float]:
+    """What the action did before: a full benchmark run of the base, then one of the head."""
+    start = time.perf_counter()
+    files = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for side, ref in (("base", "base"), ("head", head)):
+            tree = Path(tmp) / side
+            git.Repo(root).git.worktree("add", "--detach", str(tree), ref)
+            out = Path(tmp) / f"{side}.json"
+            subprocess.run([sys.executable, "-m", "pytest", "--benchmark-only", f"--benchmark-json={out}", "-q",
+                            "-p", "no:cacheprovider"], cwd=tree / "proj", capture_output=True, check=True)
+            files[side] = cmp.load_timings(out)
+            git.Repo(root).git.worktree("remove", "--force", str(tree))
+    result = cmp.compare(files["base"], files["head"])
+    return {c.name.split("::")[-1]: c.verdict for c in result.comparisons}, time.perf_counter() - start
+
+
+def interleaved(root: Path, head: str, runs: int, timer: str = "time") -> tuple[dict[str, str], float]:
+    start = time.perf_counter()
+    base, measured = ab.interleaved(root, "base", head, [], runs=runs, project="proj", timer=timer)
+    result = ab.judge(base, measured, timer=timer)
+    return {c.name.split("::")[-1]: c.verdict for c in result.comparisons}, time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--same", type=int, default=20, help="comparisons of the unchanged head")
+    ap.add_argument("--slow", type=int, default=10, help="comparisons of the slowed head")
+    ap.add_argument("--runs", type=int, default=ab.RUNS)
+    ap.add_argument("--hog", type=int, default=os.cpu_count() or 2, help="busy processes beside it")
+    ns = ap.parse_args()
+    out: dict[str, object] = {"machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start",
+                              "hog_processes": ns.hog, "runs_per_side": ns.runs}
+    with tempfile.TemporaryDirectory() as tmp, cpu_hog(ns.hog):
+        root = Path(tmp)
+        make_repo(root)
+        for mode, fn in (("interleaved", lambda h: interleaved(root, h, ns.runs)), ("old", lambda h: old_mode(root, h))):
+            same = [fn("same") for _ in range(ns.same)]
+            slow = [fn("slow") for _ in range(ns.slow)]
+            out[mode] = {
+                "false_regressions": sum(v == "regressed" for verdicts, _ in same for v in verdicts.values()),
+                "same_comparisons": 3 * ns.same,
+                "detected_2x": sum(v["test_doubled"] == "regressed" for v, _ in slow) / ns.slow,
+                "detected_20pct": sum(v["test_fifth"] == "regressed" for v, _ in slow) / ns.slow,
+                "false_on_slow_head": sum(v["test_same"] == "regressed" for v, _ in slow),
+                "wall_s_per_comparison": round(sum(t for _, t in same + slow) / (ns.same + ns.slow), 1),
+            }
+            print(json.dumps({mode: out[mode]}), file=sys.stderr, flush=True)
+        if shutil.which("valgrind"):
+            counts = {h: interleaved(root, h, 1, "instructions") for h in ("same", "slow")}
+            out["instructions"] = {
+                "false_regressions": sum(v == "regressed" for v in counts["same"][0].values()),
+                "detected_2x": counts["slow"][0]["test_doubled"] == "regressed",
+                "detected_20pct": counts["slow"][0]["test_fifth"] == "regressed",
+                "false_on_slow_head": counts["slow"][0]["test_same"] == "regressed",
+                "wall_s_per_comparison": round((counts["same"][1] + counts["slow"][1]) / 2, 1),
+            }
+    out["load_at_end"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
