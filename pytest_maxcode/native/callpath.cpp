@@ -8,6 +8,7 @@
 // never build or choose it.
 #include <Python.h>
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -277,48 +278,73 @@ PyObject* run_into(PyObject*, PyObject* const* a, Py_ssize_t n) {
   }
 }
 
+// What a dense CPU tensor's dispatch keys may hold (autograd's and autocast's keys only) for
+// its memory to be what the reference reads: a conjugate or negative view, a zero tensor, a
+// sparse or mkldnn layout, a functorch wrapper (vmap, grad, jvp) or a __torch_dispatch__
+// subclass (FakeTensor) adds a key, and the kernel would read raw memory the reference does not.
+const c10::DispatchKeySet kPlainCpu({c10::DispatchKey::CPU, c10::DispatchKey::ADInplaceOrView,
+                                     c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutocastCPU});
+
+// The alignment every tensor had when the kernel was verified (the oracle's 64-byte slots, at::empty's).
+constexpr uintptr_t kVerifiedAlignment = 64;
+
+// True when the kernel may read ``v``'s memory as the reference reads the tensor: exactly a
+// Tensor or Parameter (a subclass's __torch_function__ is the reference's business), plain
+// dispatch keys, no forward-mode tangent (nested forward AD has only level 0), and data
+// aligned as in verification (a kernel may use aligned loads: x[1:] must not reach it).
+bool plain_cpu(PyObject* v, const at::Tensor& t) {
+  if (!THPVariable_CheckExact(v) || !kPlainCpu.isSupersetOf(t.key_set())) return false;
+  if (t._fw_grad(0).defined()) return false;
+  return t.numel() == 0 || reinterpret_cast<uintptr_t>(t.const_data_ptr()) % kVerifiedAlignment == 0;
+}
+
 // signature(args) -> bytes, or None where the call cannot take a cached plan.
-// What fixes a call's outputs and whether the kernel may run: per tensor its dtype, device,
-// contiguity and sizes; per int/float/bool scalar its value. None for a tensor that requires
-// grad (autograd needs the reference) or any other kind of argument.
+// What fixes a call's outputs and whether the kernel may run: per tensor its dtype, contiguity
+// and sizes (plain_cpu tensors only, so the device is the CPU); per int/float/bool scalar its
+// value. None, for the checked path to decide, for a tensor that requires grad (autograd needs
+// the reference) or is not plain_cpu, any other kind of argument, a call under CPU autocast
+// (the reference's dtypes change), and a tensor whose properties cannot be read (a sparse CSR
+// tensor throws on is_contiguous; an exception must not leave this C function).
 PyObject* signature(PyObject*, PyObject* args) {
   PyObject* fast = PySequence_Fast(args, "the arguments must be a sequence");
   if (!fast) return nullptr;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject** items = PySequence_Fast_ITEMS(fast);
   c10::SmallVector<int64_t, 64> words;
-  bool cacheable = true;
-  for (Py_ssize_t i = 0; cacheable && i < n; ++i) {
-    PyObject* v = items[i];
-    if (THPVariable_Check(v)) {
-      const at::Tensor& t = THPVariable_Unpack(v);
-      if (t.requires_grad()) { cacheable = false; break; }
-      auto dev = t.device();
-      words.push_back(1);
-      words.push_back(static_cast<int64_t>(t.scalar_type()));
-      words.push_back(static_cast<int64_t>(dev.type()) * 65536 + dev.index());
-      words.push_back(t.is_contiguous() ? 1 : 0);
-      words.push_back(t.dim());
-      auto sizes = t.sizes();
-      words.append(sizes.begin(), sizes.end());
-    } else if (PyBool_Check(v)) {
-      words.push_back(2);
-      words.push_back(v == Py_True);
-    } else if (PyLong_CheckExact(v)) {
-      int overflow = 0;
-      long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-      if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); cacheable = false; break; }
-      words.push_back(3);
-      words.push_back(x);
-    } else if (PyFloat_CheckExact(v)) {
-      double x = PyFloat_AS_DOUBLE(v);
-      int64_t bits;
-      std::memcpy(&bits, &x, sizeof bits);
-      words.push_back(4);
-      words.push_back(bits);
-    } else {
-      cacheable = false;
+  bool cacheable = !at::autocast::is_autocast_enabled(at::kCPU);
+  try {
+    for (Py_ssize_t i = 0; cacheable && i < n; ++i) {
+      PyObject* v = items[i];
+      if (THPVariable_Check(v)) {
+        const at::Tensor& t = THPVariable_Unpack(v);
+        if (t.requires_grad() || !plain_cpu(v, t)) { cacheable = false; break; }
+        words.push_back(1);
+        words.push_back(static_cast<int64_t>(t.scalar_type()));
+        words.push_back(t.is_contiguous() ? 1 : 0);
+        words.push_back(t.dim());
+        auto sizes = t.sizes();
+        words.append(sizes.begin(), sizes.end());
+      } else if (PyBool_Check(v)) {
+        words.push_back(2);
+        words.push_back(v == Py_True);
+      } else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); cacheable = false; break; }
+        words.push_back(3);
+        words.push_back(x);
+      } else if (PyFloat_CheckExact(v)) {
+        double x = PyFloat_AS_DOUBLE(v);
+        int64_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        words.push_back(4);
+        words.push_back(bits);
+      } else {
+        cacheable = false;
+      }
     }
+  } catch (const std::exception&) {
+    cacheable = false;
   }
   Py_DECREF(fast);
   if (!cacheable) Py_RETURN_NONE;

@@ -1,8 +1,9 @@
 """Runtime dispatch to an accepted kernel, with every way back to the reference.
 
 The kernel runs only when its lock entry is current (reference and kernel hashes
-match), the arguments are laid out as in verification (dtypes, ranks, contiguity),
-the tensors are on the verified device, and autograd needs no graph. Anything else,
+match), the arguments are laid out as in verification (dtypes, ranks, contiguity,
+alignment), the tensors are on the verified device and plain (no subclass, lazy view,
+functorch wrapper or dual tensor), and neither autograd nor autocast is involved. Anything else,
 or any failure to build, load or run, warns once and calls the reference.
 """
 
@@ -134,6 +135,43 @@ def arg_class(v: Any) -> tuple:
 
 #: call plans kept per dispatcher (one per distinct argument signature); later ones take the checked path
 MAX_PLANS = 256
+
+#: the alignment of every tensor a kernel is verified with (the oracle's 64-byte slots, torch's allocator)
+VERIFIED_ALIGNMENT = 64
+
+#: per device type, the dispatch keys of a plain dense tensor (its backend, autograd's and autocast's)
+_PLAIN_KEYS: dict[str, int] = {}
+
+
+def unplain(t: Any) -> str:
+    """Why a kernel must not read ``t``'s memory in place of the reference ('' when it may).
+
+    The kernel sees raw memory; the reference sees what torch makes of it. They differ for a
+    tensor subclass (its ``__torch_function__`` decides what the reference does and returns), a
+    lazy conjugate or negative view, a zero tensor, a sparse or mkldnn layout, a functorch
+    wrapper (vmap, grad, jvp) or a FakeTensor (each adds a dispatch key), a forward-mode dual
+    tensor (the reference carries its tangent), and memory aligned otherwise than in verification
+    (``x[1:]``: a kernel may use aligned loads). The compiled path's ``signature`` refuses the same.
+    """
+    import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
+
+    if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+        return f"a {type(t).__name__} (a tensor subclass)"
+    plain = _PLAIN_KEYS.get(t.device.type)
+    if plain is None:
+        with torch.inference_mode(False):  # a normal tensor's keys, even when first asked in inference mode
+            plain = _PLAIN_KEYS[t.device.type] = torch._C._dispatch_keys(torch.empty(0, device=t.device)).raw_repr()
+    if torch._C._dispatch_keys(t).raw_repr() & ~plain:
+        return f"not a plain dense tensor ({torch._C._dispatch_keys(t)}, layout {t.layout})"
+    from torch.autograd import (
+        forward_ad,  # with the first such check: keeps start-up fast
+    )
+
+    if forward_ad._current_level >= 0 and forward_ad.unpack_dual(t).tangent is not None:
+        return "a forward-mode dual tensor"
+    if t.numel() and t.data_ptr() % VERIFIED_ALIGNMENT:
+        return f"not {VERIFIED_ALIGNMENT}-byte aligned (a view at an offset)"
+    return ""
 
 
 class NativeDispatcher:
@@ -267,6 +305,15 @@ class NativeDispatcher:
             return ref(*args)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return ref(*args)  # autograd needs the reference's graph; quietly the normal case in training
+        if torch.is_autocast_enabled(self.device):
+            self._fallback("autocast", f"autocast is on for {self.device} (the kernel was verified without it)")
+            return ref(*args)
+        for i, t in enumerate(tensors):
+            why = unplain(t)
+            if why:
+                # vmap, grad, jvp, tracing, views: the kernel stays for later plain calls
+                self._fallback(f"unplain:{why.split(' (')[0]}", f"input {i} is {why}")
+                return ref(*args)
         classes = tuple(arg_class(v) for v in call_args)
         if self.signatures is not None and classes not in self.signatures:
             self._fallback(f"sig{classes}", f"arguments {classes} differ from the verified layouts")
