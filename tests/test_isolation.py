@@ -217,3 +217,40 @@ def test_a_fork_bomb_meets_the_process_limit(iso: Isolation, tmp_path: Path) -> 
     """, limits=Limits(pids=40), timeout=60)
     forked = int(r.stdout.split()[-1]) if r.stdout.strip() else 0
     assert forked < 40, r.stdout + r.stderr
+
+
+def _freezer_root() -> Path | None:
+    from pytest_maxcode.sandbox.isolation import _cgroup_roots
+
+    return next((base for controller, base in _cgroup_roots() if controller == "freezer"), None)
+
+
+@pytest.mark.skipif(_freezer_root() is None, reason="no writable freezer cgroup on this machine")
+def test_the_frozen_leftovers_of_a_killed_run_are_swept() -> None:
+    """A run killed while its sandbox was frozen leaves processes frozen forever; the next
+    run's first sandbox kills them and removes the cgroup. A live run's cgroups are left alone."""
+    from pytest_maxcode.sandbox.isolation import Cgroups, sweep_stale
+
+    root = _freezer_root()
+    assert root is not None
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a maxcode process that no longer exists
+    stale, live = root / f"maxcode-{gone.pid}-{uuid.uuid4().hex[:8]}", root / f"maxcode-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    sleepers = []
+    for folder in (stale, live):
+        folder.mkdir()
+        p = subprocess.Popen(["sleep", "300"])
+        (folder / "cgroup.procs").write_text(str(p.pid))
+        sleepers.append(p)
+        assert Cgroups({"freezer": folder}).freeze(True)
+    try:
+        removed = sweep_stale()
+        assert stale in removed and not stale.exists()
+        assert sleepers[0].wait(timeout=10) == -9  # killed, not left frozen
+        assert live.exists() and sleepers[1].poll() is None
+    finally:
+        Cgroups({"freezer": live}).cleanup()
+        for p in sleepers:
+            p.kill()
+            p.wait()
+    assert not live.exists()

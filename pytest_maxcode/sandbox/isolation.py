@@ -227,6 +227,10 @@ class Cgroups:
 
     @classmethod
     def make(cls, limits: Limits) -> Cgroups:
+        global _swept
+        if not _swept:
+            _swept = True
+            sweep_stale()
         made = cls()
         name = f"maxcode-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         for controller, base in _cgroup_roots():
@@ -330,6 +334,47 @@ class Cgroups:
                     break
                 time.sleep(0.01)
         self.folders.clear()
+
+
+_swept = False
+
+
+def sweep_stale() -> list[Path]:
+    """Remove the cgroups of maxcode processes that are gone, killing what is left inside.
+
+    A run killed with SIGKILL cannot clean up: its sandboxes' processes stay in their cgroups,
+    frozen forever if they were frozen at that moment (state D, holding memory and a PID). The
+    next run clears them: folders named ``maxcode-PID-...`` whose PID no longer exists.
+    """
+    removed = []
+    for _, base in _cgroup_roots():
+        try:
+            children = [c for c in base.iterdir() if c.is_dir() and c.name.startswith("maxcode-")]
+        except OSError:
+            continue
+        for folder in children:
+            try:
+                owner = int(folder.name.split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if _alive(owner):
+                continue
+            controller = "freezer" if (folder / "freezer.state").exists() or (folder / "cgroup.freeze").exists() else "other"
+            stale = Cgroups({controller: folder})
+            stale.cleanup()
+            if not folder.exists():
+                removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
 
 
 def _rmdir(folder: Path) -> bool:
