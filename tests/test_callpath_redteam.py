@@ -64,6 +64,11 @@ def mm(a, b):
 @maxcode.optimize(lang="cpp")
 def single(x):
     return (x * 2,)
+
+
+@maxcode.optimize(lang="cpp")
+def listed(x):
+    return [x * 2]
 '''
 
 HEAD = '#include <dlpack/dlpack.h>\n#include <cstdint>\n#include <immintrin.h>\nextern "C" int maxcode_test_calls = 0;\n'
@@ -126,6 +131,7 @@ KERNELS: dict[str, tuple[str, list]] = {
     "twice": (TWICE, [[["float32", 1, True]]]),
     "mm": (MM, [[F32, F32]]),
     "single": (SINGLE, [[["float32", 1, True]]]),
+    "listed": (SINGLE, [[["float32", 1, True]]]),
 }
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the kernel uses SSE")
@@ -337,6 +343,14 @@ def test_autocast_is_served_by_the_reference(lib: ModuleType) -> None:
         got = served(lib.mm, a, b, kernel=False)  # the reference returns bfloat16 here
     assert got.dtype == torch.bfloat16
     served(lib.mm, a, b, kernel=True)
+
+
+def test_a_reference_returning_a_one_tuple_or_a_list_gets_the_same(lib: ModuleType) -> None:
+    x = torch.randn(32)
+    for fn, kind in ((lib.single, tuple), (lib.listed, list)):
+        planned(fn, x)  # before the fix: the planned call returned the bare tensor
+        got = served(fn, x, kernel=True)
+        assert type(got) is kind and len(got) == 1
 
 
 def test_a_kernel_disabled_or_replaced_while_plans_are_cached(lib: ModuleType) -> None:

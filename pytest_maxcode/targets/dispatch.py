@@ -195,13 +195,17 @@ class NativeDispatcher:
             key: [(tuple(shape), getattr(torch, dtype)) for shape, dtype in outs]
             for key, outs in entry.extra.get("outputs", {}).items()
         }
+        #: how the reference packs its outputs, per input signature learned from it: ``tuple``,
+        #: ``list`` or None (one bare tensor); a lock's outputs do not say (one is taken as bare, more as a tuple)
+        self.packs: dict[str, type | None] = {}
         sigs = entry.extra.get("signatures")
         self.signatures = {tuple(tuple(a) for a in s) for s in sigs} if sigs else None
         #: the compiled call path once loaded (None: every call takes the checked path below)
         self.fast: Any = None
         #: call plans by the helper's argument signature: calls that every check below already
-        #: let through once, with the same dtypes, devices, contiguity, sizes and scalar values
-        self.plans: dict[bytes, list[tuple[Any, Any]]] = {}
+        #: let through once, with the same dtypes, devices, contiguity, sizes and scalar values;
+        #: each holds the output metadata and the pack
+        self.plans: dict[bytes, tuple[list[tuple[Any, Any]], type | None]] = {}
 
     def _fallback(self, key: str, message: str) -> None:
         self.handle.warn_once(key, f"{message}; using the reference")
@@ -274,15 +278,16 @@ class NativeDispatcher:
         fast = self.fast
         if fast is not None and not kwargs:
             sig = fast.signature(args)
-            meta = self.plans.get(sig) if sig is not None else None
-            if meta is not None:
+            plan = self.plans.get(sig) if sig is not None else None
+            if plan is not None:
                 try:
-                    outs = fast.run(self.kernel.address, args, (), meta, None, None)
+                    outs = fast.run(self.kernel.address, args, (), plan[0], None, None)
                 except Exception:  # noqa: BLE001 - the checked path reports it and falls back
                     return self._checked(ref, args, kwargs)
                 if outs.__class__ is not int:
                     self.calls += 1
-                    return outs[0] if len(outs) == 1 else tuple(outs)
+                    pack = plan[1]
+                    return outs[0] if pack is None else outs if pack is list else tuple(outs)
                 self._fallback("rc", f"the kernel returned {outs}")
                 return ref(*args)
         return self._checked(ref, args, kwargs)
@@ -329,18 +334,22 @@ class NativeDispatcher:
         if meta is None:
             # output shapes come from the reference, once per input signature
             result = ref(*args)
-            outs = result if isinstance(result, (tuple, list)) else (result,)
-            if all(isinstance(o, torch.Tensor) for o in outs):
+            pack = result.__class__ if result.__class__ in (tuple, list) else None
+            outs = result if pack else (result,)
+            # a namedtuple or torch.return_types result is not rebuilt from a list: the reference keeps it
+            if all(isinstance(o, torch.Tensor) for o in outs) and (pack or isinstance(result, torch.Tensor)):
                 self.out_meta[key] = [(o.shape, o.dtype) for o in outs]
+                self.packs[key] = pack
             return result
         outs = self._run(call_args, extras, tensors, meta)
         if outs is None:
             return ref(*args)
+        pack = self.packs.get(key, None if len(meta) == 1 else tuple)
         if self.fast is not None and len(self.plans) < MAX_PLANS:
             sig = self.fast.signature(args)
             if sig is not None:
-                self.plans[sig] = meta
-        return outs[0] if len(outs) == 1 else tuple(outs)
+                self.plans[sig] = (meta, pack)
+        return outs[0] if pack is None else outs if pack is list else tuple(outs)
 
     def _run(self, call_args: tuple, extras: list, tensors: list, meta: list) -> list | None:
         """Run the kernel; ``None`` (after one warning) means: use the reference."""
