@@ -8,6 +8,7 @@ marked in the next proposal's prompt; the critic's calls count against the budge
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -156,7 +157,8 @@ def test_a_critic_reply_without_the_form_falls_back_to_the_rule_critique(
 def test_critic_calls_count_against_the_llm_call_budget_and_think_when_asked(
     chain_root: Path, tmp_path: Path, fake_openai: Any, fake_anthropic: Any
 ) -> None:
-    fake_openai.respond_with(lambda body: f"```cpp\n{GOOD}\n```")
+    samples = itertools.count()  # each reply its own source: a repeat is not critiqued again
+    fake_openai.respond_with(lambda body: f"```cpp\n// sample {next(samples)}\n{GOOD}\n```")
     fake_anthropic.respond_with(GROUNDED)
     with Store(tmp_path / "maxcode.db") as store:
         result = run_search(chain_root, store, fake_openai.spec(), strategy="best-of-n", budget=8, k=4, llm_calls=6,

@@ -7,6 +7,7 @@ below ``search`` instead of importing it.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -47,14 +48,35 @@ class Node:
     id: int | None = None  # the store's row
     critique: str | None = None  # filled by a critic (issue 5)
     critique_flags: list[str] = field(default_factory=list)  # its claims no measured fact supports
+    #: later samples of the same source (``source_key``): not evaluated again, not listed again
+    repeats: list[Proposal] = field(default_factory=list)
 
     @property
     def parent(self) -> Node | None:
         return self.proposal.parent
 
     @property
+    def samples(self) -> int:
+        """How many proposals brought this source: the first and its repeats."""
+        return 1 + len(self.repeats)
+
+    @property
     def code(self) -> str | None:
         return self.proposal.spec.text if self.proposal.spec is not None else None
+
+
+def normalized_source(text: str) -> str:
+    """A candidate's text as its identity sees it: line endings unified, trailing whitespace
+    and leading or trailing blank lines dropped (none of them changes what is built)."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def source_key(spec: CandidateSpec) -> str:
+    """What makes two candidates the same one: the format, the language and the normalized
+    text. A seed's tunable values are ``#define`` lines (module constants) in that text, and
+    the build flags are the target's, the same for every candidate, so nothing else is needed."""
+    return hashlib.sha256(f"{spec.format}\0{spec.lang}\0{normalized_source(spec.text)}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..critique import LLMCritic, RuleCritic
+from ..critique import Critique, LLMCritic, RuleCritic
 from ..errors import MaxcodeError
+from ..model.search import Node, source_key
 from ..options import Settings
-from ..oracle.check import CheckConfig, Oracle
+from ..oracle.check import CandidateSpec, CheckConfig, Oracle
 from ..oracle.reference import ReferenceSpec
 from ..oracle.verdict import Verdict, undecided
 from ..targets.decorator import normalized_source_in_file
@@ -204,11 +205,11 @@ def search_target(
     policy_name, _ = search_names(settings, has_llm=ctx.llm is not None)
     builtin = BuiltinPolicy(target, root, device, torch_compile=settings.torch_compile) if policy_name == "builtin" else None
     hint = [p.spec for p in builtin.pending()] if builtin is not None else []
-    oracle_kw: dict[str, Any] = dict(
-        store=ctx.store, run_id=ctx.run_id, progress=ctx.progress,
-        candidates_hint=[s for s in hint if s is not None],
-        workloads=[{"name": w["name"], "captured": w["captured"]} for w in workloads],
-    )
+    oracle_kw: dict[str, Any] = {
+        "store": ctx.store, "run_id": ctx.run_id, "progress": ctx.progress,
+        "candidates_hint": [s for s in hint if s is not None],
+        "workloads": [{"name": w["name"], "captured": w["captured"]} for w in workloads],
+    }
     oracle: Any
     if settings.executor == "ray":  # the same checks, on a Ray cluster's pool of warm oracles
         from ..oracle.ray_executor import RayOracle
@@ -451,6 +452,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
          target: TargetInfo, hook: Any, lock: Any, progress: Callable[[str], None], result: SearchResult, uses_llm: bool,
          critic: Any, remeasure: bool = False) -> str:
     step = 0
+    critiques: dict[int, Critique] = {}  # by node index: a repeat's row names who critiqued its node
     while True:
         why = budget.exhausted() or _unavailable(policy) or strategy.should_stop()
         if why:
@@ -462,26 +464,49 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
         batch = strategy.propose(room)[:room]
         if not batch:
             return budget.exhausted() or _unavailable(policy) or strategy.should_stop() or "the policy has no more candidates"
-        verdicts = _evaluate(batch, oracle, store, target, lock, progress, result, remeasure)
+        verdicts = _evaluate(batch, state, oracle, store, target, lock, progress, result, remeasure)
         nodes = [state.add(p, v, step) for p, v in zip(batch, verdicts)]
-        for node, c in zip(nodes, critic.critique_all(nodes)):
+        # a repeat of a held source brings its node's verdict, or a new one where that was too
+        # noisy to decide and was timed again
+        retimed = {id(n): v for n, v in zip(nodes, verdicts) if n.verdict is not v}
+        for node in nodes:
+            if id(node) in retimed:
+                state.remeasured(node, retimed[id(node)])
+        # a repeated source is one more sample of its node: critiqued and hooked only when timed again
+        fresh = list({id(n): n for n, p in zip(nodes, batch) if n.proposal is p or id(n) in retimed}.values())
+        for node, c in zip(fresh, critic.critique_all(fresh)):
             node.critique, node.critique_flags = c.text(), list(c.unsupported)
-            p, v = node.proposal, node.verdict
-            if store is not None:
-                if p.spec is not None:
-                    store.add_candidate(p.spec.hash, p.spec.format, p.spec.lang, p.spec.text, origin=p.origin)
-                node.id = store.add_node(
-                    run_id=run_id, target_id=target.id, parent_id=p.parent.id if p.parent else None,
-                    strategy=strategy.name, policy=policy.name, step=step, depth=node.depth, origin=p.origin,
-                    candidate_hash=p.spec.hash if p.spec else None, status=v.status, reward=node.reward,
-                    speedup=v.speedup, candidate_s=v.candidate_s, reasons=(v.reasons or [])[:3], llm_call_id=p.llm_call_id,
-                    critique=node.critique, critic=c.critic, critique_flags=c.unsupported, critique_call_id=c.llm_call_id,
-                )
-            if hook is not None:
+            critiques[node.index] = c
+        if store is not None:  # the store keeps every sample: one row each, repeats included
+            for node, p in zip(nodes, batch):
+                _record(store, node, p, critiques.get(node.index), strategy, policy, run_id, target, step)
+        if hook is not None:
+            for node in fresh:
                 hook.pytest_maxcode_evaluation(target=target, node=node)
+        # the budget counts proposals, repeats too: a model that keeps repeating itself still ends the search
         budget.charge(evaluations=len(batch))
-        strategy.update(nodes)
+        strategy.update(list({id(n): n for n in nodes}.values()))
         step += 1
+
+
+def _record(store: Any, node: Node, p: Proposal, c: Critique | None, strategy: Strategy, policy: Proposer,
+            run_id: int | None, target: TargetInfo, step: int) -> None:
+    """One sample's row: the node's own, or a repeat's (its own parent, step and LLM call, the
+    node's candidate and verdict). The node keeps the id of its first row. Nine parameters: the
+    row's fields come from the node, the sample and its critique, and the rest from the loop."""
+    v, spec, parent = node.verdict, node.proposal.spec, p.parent
+    if spec is not None and node.proposal is p:
+        store.add_candidate(spec.hash, spec.format, spec.lang, spec.text, origin=p.origin)
+    row = store.add_node(
+        run_id=run_id, target_id=target.id, parent_id=parent.id if parent else None,
+        strategy=strategy.name, policy=policy.name, step=step, depth=parent.depth + 1 if parent else 0, origin=p.origin,
+        candidate_hash=spec.hash if spec else None, status=v.status, reward=node.reward,
+        speedup=v.speedup, candidate_s=v.candidate_s, reasons=(v.reasons or [])[:3], llm_call_id=p.llm_call_id,
+        critique=node.critique, critic=c.critic if c else None, critique_flags=node.critique_flags,
+        critique_call_id=c.llm_call_id if c and node.proposal is p else None,
+    )
+    if node.proposal is p:
+        node.id = row
 
 
 def _unavailable(policy: Any) -> str | None:
@@ -490,34 +515,55 @@ def _unavailable(policy: Any) -> str | None:
     return f"the model is unavailable: {why}" if why else None
 
 
-def _evaluate(batch: list[Proposal], oracle: Oracle, store: Any, target: TargetInfo, lock: Any,
+def _decided(v: Verdict, min_speedup: float) -> bool:
+    """Whether a verdict settles its candidate (``reusable``'s rule for a stored one)."""
+    return not v.diagnostics.get("undecided") and not undecided(v.status, v.speedup_ci, min_speedup)
+
+
+def _evaluate(batch: list[Proposal], state: SearchState, oracle: Oracle, store: Any, target: TargetInfo, lock: Any,
               progress: Callable[[str], None], result: SearchResult, remeasure: bool = False) -> list[Verdict]:
-    done: dict[int, Verdict] = {}
-    retimed = 0
-    for i, p in enumerate(batch):
+    """Each proposal's verdict, with one oracle run per source (``source_key``: identical up to
+    trailing whitespace): a source the search already holds takes its node's verdict (timed
+    again only when that was too noisy to decide), and one that comes twice in the batch (k
+    samples that agree) is checked once."""
+    known: dict[str, Verdict] = {}  # by source: the held nodes' and the store's verdicts
+    todo: dict[str, CandidateSpec] = {}  # by source: what the oracle runs
+    retimed = repeats = stored = 0
+    for p in batch:
         if p.spec is None:
-            done[i] = _format_verdict(p)
+            continue
+        key = source_key(p.spec)
+        held = state.find(p)
+        if key in known or key in todo:
+            repeats += 1
+            continue
+        if held is not None:
+            repeats += 1
+            if _decided(held.verdict, oracle.config.min_speedup):
+                known[key] = held.verdict
+            else:  # evidence too weak to decide: this sample's run is worth its time
+                retimed += 1
+                todo[key] = held.proposal.spec  # type: ignore[assignment]
             continue
         row = store.find_evaluation(target.id, p.spec.hash, oracle.eval_key) if store else None
         if row is not None and reusable(row, oracle.config.min_speedup, remeasure):
-            done[i] = verdict_from_row(row, str(p.spec.path))
+            known[key] = verdict_from_row(row, str(p.spec.path))
             result.resumed += 1
-        elif row is not None:
-            retimed += 1
-    todo = [p.spec for i, p in enumerate(batch) if i not in done and p.spec is not None]
-    # one proposal text may come twice in a batch (k samples that agree): check it once
-    unique = list({s.hash: s for s in todo}.values())
+            stored += 1
+        else:
+            retimed += row is not None
+            todo[key] = p.spec
     formats = sum(p.spec is None for p in batch)
     progress(
-        f"{target.id}: evaluating {len(unique)} candidate(s)"
-        + (f", {len(done) - formats} from the store" if len(done) > formats else "")
-        + (f", {retimed} stored one(s) timed again ({'--maxcode-remeasure' if remeasure else 'too noisy to decide'})" if retimed else "")
+        f"{target.id}: evaluating {len(todo)} candidate(s)"
+        + (f", {stored} from the store" if stored else "")
+        + (f", {retimed} earlier one(s) timed again ({'--maxcode-remeasure' if remeasure else 'too noisy to decide'})" if retimed else "")
+        + (f", {repeats} repeat(s) of a candidate already in hand (not run again)" if repeats else "")
         + (f", {formats} repl{'y' if formats == 1 else 'ies'} without code" if formats else "")
     )
-    fresh: dict[str, Verdict] = {}
-    if unique:
+    if todo:
         with lock:
             t0 = time.monotonic()
-            fresh = {s.hash: v for s, v in zip(unique, oracle.check(unique))}
+            known.update(zip(todo, oracle.check(list(todo.values()))))
             result.timings["oracle_s"] += time.monotonic() - t0
-    return [done[i] if i in done else fresh[p.spec.hash] for i, p in enumerate(batch)]  # type: ignore[union-attr]
+    return [known[source_key(p.spec)] if p.spec is not None else _format_verdict(p) for p in batch]

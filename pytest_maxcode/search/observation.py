@@ -4,7 +4,9 @@ Switchable, to reproduce the max-reward paper's ablation. The parts:
 
 - ``feedback``: the last attempt only (the node being built on, else the latest one),
   with its code and the oracle's verdict;
-- ``trajectory``: every attempt so far, one line each (parent, status, speedup, reason);
+- ``trajectory``: every attempt so far, one line each (parent, status, speedup, reason); a
+  source sampled several times is one line with its count, and a prompt over its token budget
+  leaves out the oldest lines first (``drop``), never the best-so-far's or the parent's;
 - ``best``: the best-so-far candidate, its code and its feedback;
 - ``critique``: the critic's diagnosis of the nodes shown (filled by a critic; empty
   until one has run).
@@ -28,7 +30,8 @@ HEADERS = {
     "best": "## Best so far",
     "critique": "## Critique",
 }
-__all__ = ["HEADERS", "PARTS", "Observation", "build_observation", "fence", "parse_observation", "verdict_lines"]
+__all__ = ["HEADERS", "PARTS", "Observation", "build_observation", "droppable", "fence", "parse_observation", "trajectory_line",
+           "verdict_lines"]
 TRAJECTORY_LINES = 40  # older attempts are summarised in one line
 
 
@@ -78,26 +81,50 @@ def _code_block(node: Node) -> str:
     return fence(code, node.proposal.spec.lang if node.proposal.spec else "")
 
 
+def _samples(node: Node) -> str:
+    return f", sampled {node.samples} times" if node.samples > 1 else ""
+
+
 def _describe(node: Node, title: str) -> str:
     parent = f", built on #{node.parent.index}" if node.parent is not None else ""
-    return "\n".join([f"{title}: candidate #{node.index} ({node.proposal.mode}{parent})", *verdict_lines(node), _code_block(node)])
+    return "\n".join([f"{title}: candidate #{node.index} ({node.proposal.mode}{parent}{_samples(node)})", *verdict_lines(node), _code_block(node)])
 
 
-def _trajectory(state: SearchState) -> str:
+def trajectory_line(n: Node) -> str:
+    """One attempt in the trajectory: parent, status, speedup, samples, first reason."""
+    sp = f" {n.verdict.speedup:.3g}x" if n.verdict.correct and n.verdict.speedup is not None else ""
+    parent = f" from #{n.parent.index}" if n.parent is not None else " from the reference"
+    count = f" (sampled {n.samples} times)" if n.samples > 1 else ""
+    why = (n.proposal.error or (n.verdict.reasons[0] if n.verdict.reasons else ""))[:160]
+    return f"#{n.index}{parent}: {n.verdict.status}{sp}{count}" + (f" - {why}" if why else "")
+
+
+def _unpinned(state: SearchState, pinned: set[int] | frozenset[int]) -> list[Node]:
+    return [n for n in state.trajectory if n.index not in pinned]
+
+
+def droppable(state: SearchState, pinned: set[int] | frozenset[int]) -> list[int]:
+    """The listed attempts a prompt over budget may leave out, oldest first: those past the
+    ``TRAJECTORY_LINES`` cap are out already, and the pinned ones (the best-so-far and the
+    parent) stay."""
+    return [n.index for n in _unpinned(state, pinned)[max(0, len(state.trajectory) - TRAJECTORY_LINES):]]
+
+
+def _trajectory(state: SearchState, drop: int = 0, pinned: frozenset[int] = frozenset()) -> str:
     nodes = state.trajectory
-    lines = [f"{len(nodes)} attempt(s) so far, oldest first:"]
-    skipped = max(0, len(nodes) - TRAJECTORY_LINES)
-    if skipped:
-        lines.append(f"(#0-#{skipped - 1} not listed)")
-    for n in nodes[skipped:]:
-        sp = f" {n.verdict.speedup:.3g}x" if n.verdict.correct and n.verdict.speedup is not None else ""
-        parent = f" from #{n.parent.index}" if n.parent is not None else " from the reference"
-        why = (n.proposal.error or (n.verdict.reasons[0] if n.verdict.reasons else ""))[:160]
-        lines.append(f"#{n.index}{parent}: {n.verdict.status}{sp}" + (f" - {why}" if why else ""))
+    samples = sum(n.samples for n in nodes)
+    lines = [f"{len(nodes)} attempt(s) so far, oldest first" + (f" ({samples} samples; a repeated source is listed once)" if samples > len(nodes) else "") + ":"]
+    # the oldest unpinned lines go first: past the cap, then as many as the token budget wants
+    left_out = {n.index for n in _unpinned(state, pinned)[: max(0, len(nodes) - TRAJECTORY_LINES) + drop]}
+    if left_out:
+        lines.append(f"({len(left_out)} older attempt(s) not listed)")
+    lines += [trajectory_line(n) for n in nodes if n.index not in left_out]
     return "\n".join(lines)
 
 
-def build_observation(state: SearchState, parts: tuple[str, ...], parent: Node | None) -> Observation:
+def build_observation(state: SearchState, parts: tuple[str, ...], parent: Node | None, drop: int = 0) -> Observation:
+    """The parts, in a fixed order; ``drop``: how many of the oldest droppable trajectory
+    lines to leave out (the prompt's token budget decides, in ``prompts.user_message``)."""
     sections: list[tuple[str, str]] = []
     shown: set[int] = set()
     if not state.trajectory:
@@ -111,7 +138,8 @@ def build_observation(state: SearchState, parts: tuple[str, ...], parent: Node |
             sections.append((part, f"{HEADERS[part]}\n{_describe(last, 'Last attempt')}"))
             shown.add(last.index)
         elif part == "trajectory":
-            sections.append((part, f"{HEADERS[part]}\n{_trajectory(state)}"))
+            pinned = frozenset(n.index for n in (parent, best) if n is not None)
+            sections.append((part, f"{HEADERS[part]}\n{_trajectory(state, drop, pinned)}"))
         elif part == "best" and best is not None:
             if best.index in shown:
                 text = f"Best so far: candidate #{best.index}, shown above."

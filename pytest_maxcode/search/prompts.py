@@ -3,7 +3,9 @@
 The request's ``system`` text is the static prefix (task, interface, reference, workloads,
 device): identical for every call of one target, so a provider's prompt cache serves it.
 The user message carries what changes: the baseline once measured, the observation, and
-what to do now (write, improve or fix).
+what to do now (write, improve or fix). The two together stay within ``PromptContext.prompt_tokens``
+(``PROMPT_TOKENS`` by default) by leaving out the oldest trajectory lines first; the
+best-so-far and the parent are always shown.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..llm.base import LLMRequest, Message
-from .observation import build_observation, fence
+from .observation import build_observation, droppable, fence
 from .state import Node, SearchState
 from .techniques import DESCRIPTIONS, LOOP, NAMES
 
@@ -76,6 +78,21 @@ holds the complete file. Nothing after the code block."""
 
 ENTRY = {"native": "maxcode_run"}
 LANG_TAGS = {"cpp": ("cpp", "c++", "cxx", "cc", "c"), "cuda": ("cuda", "cu", "cpp", "c++"), "py": ("python", "py", "python3")}
+#: the request's prompt (system and user message) in estimated tokens: the trajectory is the
+#: part that grows with the search, and the rest (task, reference, inputs, best-so-far and
+#: parent code) is a few thousand; 16k leaves an 8k reply room in a 32k-token context, with
+#: margin for the estimate
+PROMPT_TOKENS = 16_000
+#: characters per token of the estimate: code and numbers tokenize at about 3 to 4, so 3
+#: over-counts rather than under-counts
+CHARS_PER_TOKEN = 3
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free upper estimate of a text's tokens (no provider's tokenizer is at hand)."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
 FENCE = re.compile(r"^(?P<ticks>`{3,}|~{3,})[ \t]*(?P<tag>[\w+.-]*)[^\n]*\n(?P<body>.*?)^(?P=ticks)[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
@@ -100,6 +117,8 @@ class PromptContext:
     #: what :func:`describe_target` read from the reference (names, roles, layouts, values);
     #: None: the prompt falls back to the workloads' signatures
     inputs: dict[str, Any] | None = None
+    #: the bound on a request's prompt, system and user message together (estimated tokens)
+    prompt_tokens: int = PROMPT_TOKENS
 
     def system(self) -> str:
         if self.fmt == "program":
@@ -258,7 +277,32 @@ def permitted_block(permitted: tuple[str, ...]) -> str:
 
 def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...],
                  permitted: tuple[str, ...] | None = None) -> str:
-    obs = build_observation(state, parts, parent)
+    """What changes between requests. Over the prompt's token budget, the oldest trajectory
+    lines are left out first, as few as bring it under (the best-so-far's and the parent's
+    stay); what else it holds is never cut, so a prompt may still be over when nothing is left
+    to drop."""
+    text = _user_message(ctx, state, parent, mode, parts, permitted, 0)
+    if "trajectory" not in parts or not state.trajectory:
+        return text
+    room = ctx.prompt_tokens - estimate_tokens(ctx.system())
+    if estimate_tokens(text) <= room:
+        return text
+    pinned = {n.index for n in (parent, state.best) if n is not None}
+    lo, hi = 1, len(droppable(state, pinned))  # the fewest lines to drop: the smallest that fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if estimate_tokens(_user_message(ctx, state, parent, mode, parts, permitted, mid)) <= room:
+            hi = mid
+        else:
+            lo = mid + 1
+    return _user_message(ctx, state, parent, mode, parts, permitted, hi)
+
+
+def _user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...],
+                  permitted: tuple[str, ...] | None, drop: int) -> str:
+    """The message with the ``drop`` oldest droppable trajectory lines left out. Seven
+    parameters: ``user_message``'s six and the cut it chose."""
+    obs = build_observation(state, parts, parent, drop)
     blocks = []
     if state.baseline_s and ctx.fmt == "program":
         blocks.append(f"## Baseline\nThe reference takes {state.baseline_s * 1e3:.2f} ms per test case (median, geometric mean over the test cases).")

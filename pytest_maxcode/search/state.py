@@ -1,9 +1,11 @@
 """The search state: the reference, the workloads, the tree of attempts, the best-so-far.
 
 Every attempt is a ``Node`` with its parent, so any strategy's run is a tree; the
-trajectory is the nodes in the order they were evaluated. ``Node`` and ``Proposal`` are
-plain records in ``model.search`` (the critics and value models read them too); they are
-importable from here as before.
+trajectory is the nodes in the order they were evaluated. One source is one node: a later
+proposal of the same source (``source_key``: identical once trailing whitespace is dropped)
+is recorded on the node it repeats (``Node.repeats``), so it is neither evaluated nor listed
+again. ``Node`` and ``Proposal`` are plain records in ``model.search`` (the critics and value
+models read them too); they are importable from here as before.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.search import Node, Proposal
+from ..model.search import Node, Proposal, source_key
 from ..oracle.verdict import Verdict
 from .reward import reward
 
@@ -26,16 +28,41 @@ class SearchState:
     trajectory: list[Node] = field(default_factory=list)
     best: Node | None = None
     baseline_s: float | None = None  # the reference's median time, once an evaluation measured it
+    #: the node of each source so far, by ``source_key``
+    by_source: dict[str, Node] = field(default_factory=dict, repr=False)
+
+    def find(self, proposal: Proposal) -> Node | None:
+        """The node that already holds this proposal's source, if any (a reply without code has none)."""
+        return self.by_source.get(source_key(proposal.spec)) if proposal.spec is not None else None
 
     def add(self, proposal: Proposal, verdict: Verdict, step: int) -> Node:
+        """A new node for a new source; for a source already held, that node, with the proposal
+        recorded as one more sample of it (``verdict`` is not read: nothing new was measured;
+        a repeat that was timed again goes to ``remeasured``)."""
+        held = self.find(proposal)
+        if held is not None:
+            held.repeats.append(proposal)
+            return held
         parent = proposal.parent
         node = Node(len(self.trajectory), proposal, verdict, reward(verdict), parent.depth + 1 if parent else 0, step)
         self.trajectory.append(node)
+        if proposal.spec is not None:
+            self.by_source[source_key(proposal.spec)] = node
         if self.best is None or rank(node) > rank(self.best):
             self.best = node
+        self._baseline(verdict)
+        return node
+
+    def remeasured(self, node: Node, verdict: Verdict) -> None:
+        """A held source timed again (its verdict was too noisy to decide): the new verdict is
+        the node's, and the best-so-far is chosen again."""
+        node.verdict, node.reward = verdict, reward(verdict)
+        self.best = max(self.trajectory, key=rank)  # the earliest on ties, as ``add`` keeps it
+        self._baseline(verdict)
+
+    def _baseline(self, verdict: Verdict) -> None:
         if verdict.reference_s and self.baseline_s is None:
             self.baseline_s = verdict.reference_s
-        return node
 
 
 def rank(node: Node) -> tuple[int, float]:
