@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from .bot.compare import CompareResult
 
 
+#: what ``add_subparsers`` returns: each ``_add_<command>`` adds its command's parser to it
+Subcommands = argparse._SubParsersAction
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, like every other usage error
         self.exit(2, f"maxcode: error: {message} (see 'maxcode {self.prog.split()[-1]} --help')\n")
@@ -51,6 +55,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="maxcode", description="Verified C++/CUDA speedups for hot PyTorch and C++ code.")
     parser.add_argument("--version", action="version", version=f"pytest-maxcode {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_check(sub)
+    _add_status(sub)
+    _add_apply(sub)
+    _add_show(sub)
+    _add_value(sub)
+    _add_compare(sub)
+    _add_bench_ab(sub)
+    _add_bench_record(sub)
+    _add_pr(sub)
+    _add_comment(sub)
+    _add_bench(sub)
+    _add_ablate(sub)
+    _add_remeasure(sub)
+    return parser
+
+
+def _add_check(sub: Subcommands) -> None:
     check = sub.add_parser(
         "check",
         help="verify and time candidates against a reference",
@@ -69,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="then measure each correct candidate N more times, each in a fresh oracle with a fresh seed, "
                             "and say how many of those speedups fell inside the quoted interval")
     options.add_to_argparse(check, options.CHECK)
+
+
+def _add_status(sub: Subcommands) -> None:
     status = sub.add_parser(
         "status",
         help="list every locked target as active, stale, missing or device-mismatch",
@@ -78,12 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     status.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+
+
+def _add_apply(sub: Subcommands) -> None:
     apply = sub.add_parser(
         "apply",
         help="write the verified kernels of a saved report into maxcode_kernels/ and maxcode.lock",
         description="Apply every verified target of a report written by pytest --maxcode. Exit status 1 when none was applied.",
     )
     apply.add_argument("report", nargs="?", default=".maxcode/reports/report.json", metavar="REPORT", help="default: .maxcode/reports/report.json")
+
+
+def _add_show(sub: Subcommands) -> None:
     show = sub.add_parser(
         "show",
         help="print a target's search tree, a node's source, or the prompt and reply behind a node",
@@ -102,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--prompt", type=int, metavar="NODE", help="print the prompt and the model's reply behind node NODE")
     show.add_argument("--json", action="store_true", help="print JSON instead of text")
     show.add_argument("--store", metavar="PATH", help="the store file (default: .maxcode/maxcode.db here or above)")
+
+
+def _add_value(sub: Subcommands) -> None:
     value = sub.add_parser(
         "value",
         help="the reward-to-go model: train it on the stored search trees, evaluate it, export training pairs",
@@ -119,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     value.add_argument("--out", metavar="PATH", help="export: the JSONL file (default .maxcode/value/rtg.jsonl)")
     value.add_argument("--json", action="store_true", help="print JSON instead of text")
     value.add_argument("--store", metavar="PATH", help="the store file (default: .maxcode/maxcode.db here or above)")
+
+
+def _add_compare(sub: Subcommands) -> None:
     cmp = sub.add_parser(
         "compare",
         help="compare two benchmark runs: a regression is a significant slowdown beyond the threshold",
@@ -132,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("base", metavar="BASE")
     cmp.add_argument("head", metavar="HEAD")
     _regression_arguments(cmp)
+
+
+def _add_bench_ab(sub: Subcommands) -> None:
     ab = sub.add_parser(
         "bench-ab",
         help="regressions measured base and head alternately: short benchmark runs of each, one sample per process",
@@ -155,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stored: take the base's figures from --history when it holds the base commit measured the same "
                          "way (then only the head runs); rerun (default): measure both")
     _regression_arguments(ab)
+
+
+def _add_bench_record(sub: Subcommands) -> None:
     rec = sub.add_parser(
         "bench-record",
         help="measure one commit's benchmarks and store them in a history file (for bench-ab --baseline stored and trends)",
@@ -171,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
     rec.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
     _history_arguments(rec, required=True)
+
+
+def _add_pr(sub: Subcommands) -> None:
     pr = sub.add_parser(
         "pr",
         help="open or update one pull request per verified target of a report",
@@ -193,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--urls-file", metavar="PATH", help="write the URLs of the pull requests opened or updated here, one a line")
     pr.add_argument("--github-url", metavar="URL", help="the REST API's base URL (default: $GITHUB_API_URL or https://api.github.com)")
     _add_bot_limits(pr)
+
+
+def _add_comment(sub: Subcommands) -> None:
     comment = sub.add_parser(
         "comment",
         help="post a markdown file as the pull request's one maxcode comment, edited in place on later runs",
@@ -203,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     comment.add_argument("--pr", type=int, required=True, metavar="N", help="the pull request's number")
     comment.add_argument("--marker", default="maxcode:regressions", metavar="NAME", help="which maxcode comment this is (default maxcode:regressions)")
     comment.add_argument("--github-url", metavar="URL", help="the REST API's base URL (default: $GITHUB_API_URL or https://api.github.com)")
+
+
+def _add_bench(sub: Subcommands) -> None:
     bench = sub.add_parser(
         "bench",
         help="the field's benchmarks: KernelBench problems, PIE programs",
@@ -215,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                 description=kernelbench.DESCRIPTION))
     pie.add_arguments(suites.add_parser("pie", help="PIE: C++ programs on stdin/stdout test cases; mean speedup, %%Opt, correctness",
                                         description=pie.DESCRIPTION))
+
+
+def _add_ablate(sub: Subcommands) -> None:
     ablate = sub.add_parser(
         "ablate",
         help="search the project's targets under each observation and rerank setting, equal budgets, several seeds",
@@ -236,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--run-timeout", type=options.positive_float, metavar="SECONDS", help="stop a run that takes longer (default: none)")
     ablate.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     ablate.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed to each pytest run")
-    _add_remeasure(sub)
-    return parser
+
+
 
 
 def _add_bot_limits(pr: argparse.ArgumentParser) -> None:
@@ -256,7 +310,7 @@ def _add_bot_limits(pr: argparse.ArgumentParser) -> None:
                          f"its speedup (default {REPLACE_MARGIN:g})")
 
 
-def _add_remeasure(sub: argparse._SubParsersAction) -> None:
+def _add_remeasure(sub: Subcommands) -> None:
     remeasure = sub.add_parser(
         "remeasure",
         help="time a report's quoted speedup again, N times in fresh processes, and say how many repeats fell inside its interval",
