@@ -50,7 +50,8 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
     worktrees of ``repo_root`` (the checkout itself is not touched); ``project`` is the
     folder inside the repository that pytest runs in. ``timer="instructions"`` counts
     instructions under callgrind instead (one run per side: the counts do not vary).
-    ``stored_base``: the base's figures from a history; then only the head runs."""
+    ``stored_base``: the base's figures from a history; then only the head runs. Many
+    parameters because each keyword is one option of ``maxcode bench-ab``, passed through."""
     refs = {"head": head} if stored_base is not None else {"base": base, "head": head}
     samples = measure(repo_root, refs, pytest_args, runs=runs, project=project, python=python, timeout_s=timeout_s,
                       timer=timer, progress=progress, optional=frozenset({"base"}))
@@ -65,7 +66,8 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
     """Per side (``refs``: side name -> commit), each benchmark's figure per process, the
     sides' processes alternating ABBA... (a slow drift of the machine weighs on all alike).
     An ``optional`` side (the base) that lacks the project folder or collects no benchmark
-    has none: a pull request that adds the first benchmarks is not an error."""
+    has none: a pull request that adds the first benchmarks is not an error. Many parameters
+    because each keyword is one option of ``bench-ab`` / ``bench-record``, passed through."""
     if timer not in ("time", "instructions"):
         raise MaxcodeError(f"bench-ab: --timer {timer!r}: expected time or instructions")
     counting = _Counting(Path(repo_root)) if timer == "instructions" else None
@@ -156,7 +158,8 @@ class _Counting:
 def _run(python: str, cwd: Path, pytest_args: Sequence[str], out: Path, timeout_s: float, side: str,
          counting: _Counting | None = None, share: float | None = None) -> None:
     """One pytest process of one side; ``share``: its part of pytest-benchmark's default second
-    per benchmark, so that all the runs of a side cost about one ordinary benchmark run."""
+    per benchmark, so that all the runs of a side cost about one ordinary benchmark run.
+    Eight parameters because it is one step of :func:`measure`'s loop, which holds them all."""
     if not cwd.is_dir():
         raise MaxcodeError(f"bench-ab: {cwd.name!r} does not exist on the {side} commit (check --project)")
     argv = [python, "-m", "pytest", *pytest_args, "--benchmark-only", f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"]
@@ -199,7 +202,8 @@ def _timings(per_run: Mapping[str, list[float]]) -> dict[str, Timings]:
 def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,
           thresholds: Mapping[str, float] | None = None, base_label: str = "base", head_label: str = "head",
           timer: str = "time") -> CompareResult:
-    """Regressed / improved / unchanged per benchmark, from per-run figures (``Timings.data``).
+    """Regressed / improved / unchanged per benchmark, from per-run figures (``Timings.data``);
+    seven parameters because its keywords mirror :func:`bot.compare.compare`'s.
     Instruction counts are deterministic: the threshold alone decides them."""
     if timer == "instructions":
         return _judge_counts(base, head, threshold, thresholds, base_label, head_label)
