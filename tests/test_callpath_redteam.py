@@ -345,6 +345,49 @@ def test_autocast_is_served_by_the_reference(lib: ModuleType) -> None:
     served(lib.mm, a, b, kernel=True)
 
 
+def test_torch_function_and_dispatch_modes_see_the_reference(lib: ModuleType) -> None:
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Upcast(TorchFunctionMode):
+        """Computes float32 work in float64, as a user's numerics check might."""
+
+        def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+            wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a for a in args)
+            return func(*wide, **(kwargs or {}))
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    x, y = torch.randn(13, 16), torch.randn(13, 16)
+    planned(lib.add, x, y)
+    before = calls(lib.add)
+    with Upcast():
+        got, want = lib.add(x, y), lib.add.__wrapped__(x, y)
+    assert calls(lib.add) == before  # before the fix: the plan ran the kernel, float32 for float64
+    assert got.dtype == want.dtype == torch.float64
+    torch.testing.assert_close(got, want)  # outside the mode, which would widen the comparison too
+    with Count() as count:
+        served(lib.add, x, y, kernel=False)
+    assert count.ops >= 2  # the reference's add, seen by the mode (once for the expected value too)
+    with torch.device("cpu"):  # a default device only: the kernel serves, through the checked path
+        served(lib.add, x, y, kernel=True)
+    served(lib.add, x, y, kernel=True)
+
+
+def test_empty_tensors(lib: ModuleType) -> None:
+    x, y = torch.randn(0, 16), torch.randn(0, 16)
+    served(lib.add, x, y, kernel=False)  # the outputs' shapes are learned from the reference
+    served(lib.add, x, y, kernel=True)
+    served(lib.add, x, y, kernel=True)
+
+
 def test_a_reference_returning_a_one_tuple_or_a_list_gets_the_same(lib: ModuleType) -> None:
     x = torch.randn(32)
     for fn, kind in ((lib.single, tuple), (lib.listed, list)):

@@ -9,9 +9,11 @@
 #include <Python.h>
 
 #include <ATen/autocast_mode.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
@@ -303,7 +305,8 @@ bool plain_cpu(PyObject* v, const at::Tensor& t) {
 // and sizes (plain_cpu tensors only, so the device is the CPU); per int/float/bool scalar its
 // value. None, for the checked path to decide, for a tensor that requires grad (autograd needs
 // the reference) or is not plain_cpu, any other kind of argument, a call under CPU autocast
-// (the reference's dtypes change), and a tensor whose properties cannot be read (a sparse CSR
+// (the reference's dtypes change) or a torch function or dispatch mode (it sees and may change
+// the reference's operations), and a tensor whose properties cannot be read (a sparse CSR
 // tensor throws on is_contiguous; an exception must not leave this C function).
 PyObject* signature(PyObject*, PyObject* args) {
   PyObject* fast = PySequence_Fast(args, "the arguments must be a sequence");
@@ -311,7 +314,8 @@ PyObject* signature(PyObject*, PyObject* args) {
   Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject** items = PySequence_Fast_ITEMS(fast);
   c10::SmallVector<int64_t, 64> words;
-  bool cacheable = !at::autocast::is_autocast_enabled(at::kCPU);
+  bool cacheable = !at::autocast::is_autocast_enabled(at::kCPU) && !at::impl::torch_function_mode_enabled() &&
+                   !c10::impl::dispatch_mode_enabled();
   try {
     for (Py_ssize_t i = 0; cacheable && i < n; ++i) {
       PyObject* v = items[i];

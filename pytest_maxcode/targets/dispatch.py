@@ -3,8 +3,9 @@
 The kernel runs only when its lock entry is current (reference and kernel hashes
 match), the arguments are laid out as in verification (dtypes, ranks, contiguity,
 alignment), the tensors are on the verified device and plain (no subclass, lazy view,
-functorch wrapper or dual tensor), and neither autograd nor autocast is involved. Anything else,
-or any failure to build, load or run, warns once and calls the reference.
+functorch wrapper or dual tensor), and neither autograd, autocast nor a torch function or
+dispatch mode is involved. Anything else, or any failure to build, load or run, warns once
+and calls the reference.
 """
 
 from __future__ import annotations
@@ -141,6 +142,28 @@ VERIFIED_ALIGNMENT = 64
 
 #: per device type, the dispatch keys of a plain dense tensor (its backend, autograd's and autocast's)
 _PLAIN_KEYS: dict[str, int] = {}
+
+
+def active_mode() -> str:
+    """The name of the torch function or dispatch mode in force ('' when none, or only a
+    ``with torch.device(...)`` default, which changes nothing a kernel's call does)."""
+    import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
+
+    if torch._C._len_torch_dispatch_stack():
+        from torch.utils._python_dispatch import (
+            _get_current_dispatch_mode_stack,  # only under a mode
+        )
+
+        return type(_get_current_dispatch_mode_stack()[-1]).__name__
+    if torch._C._is_torch_function_mode_enabled():
+        from torch.overrides import (
+            _get_current_function_mode_stack,  # only under a mode
+        )
+        from torch.utils._device import DeviceContext
+
+        modes = [m for m in _get_current_function_mode_stack() if not isinstance(m, DeviceContext)]
+        return type(modes[-1]).__name__ if modes else ""
+    return ""
 
 
 def unplain(t: Any) -> str:
@@ -312,6 +335,10 @@ class NativeDispatcher:
             return ref(*args)  # autograd needs the reference's graph; quietly the normal case in training
         if torch.is_autocast_enabled(self.device):
             self._fallback("autocast", f"autocast is on for {self.device} (the kernel was verified without it)")
+            return ref(*args)
+        mode = active_mode()
+        if mode:
+            self._fallback(f"mode:{mode}", f"{mode} is active (it sees the reference's operations; a kernel has none)")
             return ref(*args)
         for i, t in enumerate(tensors):
             why = unplain(t)
