@@ -24,6 +24,7 @@ from pytest_maxcode.llm import make_critic_service, make_scorer_service, make_se
 from pytest_maxcode.search.loop import SearchContext, search_target
 from pytest_maxcode.search.policy import TargetInfo
 from pytest_maxcode.store import Store
+from pytest_maxcode.targets.lock import LockEntry, sha256_text, write_lock
 from pytest_maxcode.targets.capture import signature
 
 fake_openai = llm_fakes.fake_openai
@@ -147,6 +148,30 @@ def test_each_strategy_reaches_the_scripted_best_and_records_its_tree(
         assert by_id[best.id]["parent_id"] is not None  # the fast kernel was an improvement on a node
     assert len(nodes) <= 8 and result.stop_reason
     assert result.llm_calls == len(fake_openai.requests)
+
+
+def test_a_model_improves_on_the_kernel_the_lock_accepts(chain_root: Path, tmp_path: Path, fake_openai: Any) -> None:
+    """Once a kernel is merged, a model's search starts from it: measured again as the first
+    node, and shown to the model as the kernel to improve on, not the reference alone."""
+    root = tmp_path / "proj"
+    shutil.copytree(chain_root, root)
+    (root / "maxcode_kernels").mkdir()
+    merged = SLOW.replace("rep < 1000", "rep < 2")  # correct, and not the fastest
+    (root / "maxcode_kernels" / "lib.chain.cpp").write_text(merged)
+    write_lock(root / "maxcode.lock", {"lib.chain": LockEntry(
+        "lib.chain", sha256_text(LIB), "maxcode_kernels/lib.chain.cpp", sha256_text(merged), "cpp", "cpu", "", 1.2,
+        [1.1, 1.3], "2026-11-25", "0")})
+    fake_openai.respond_with(scripted_model())
+    with Store(tmp_path / "maxcode.db") as store:
+        result = run_search(root, store, fake_openai.spec("local-model"), strategy="maxcode", budget=3)
+    assert result.error is None, result.error
+    first = result.state.trajectory[0]
+    assert first.proposal.origin == "accepted:maxcode_kernels/lib.chain.cpp" and "rep < 2" in (first.code or "")
+    assert first.verdict.correct
+    assert fake_openai.requests, "the model was never asked"
+    prompt = "".join(str(m.get("content")) for m in fake_openai.requests[0]["messages"])
+    assert "rep < 2" in prompt  # the merged kernel's source is in the model's first prompt
+    assert result.state.trajectory[1].parent is first  # and the first reply improves on it
 
 
 def test_refine_fixes_the_failure_it_saw(chain_root: Path, tmp_path: Path, fake_openai: Any) -> None:

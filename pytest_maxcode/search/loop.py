@@ -31,7 +31,7 @@ from ..oracle.verdict import Verdict, undecided
 from ..targets.decorator import normalized_source_in_file
 from ..value.scorer import LightScorer, LLMScorer
 from .budget import Budget, Limits, Meter
-from .policy import BuiltinPolicy, TargetInfo, candidates_dir, materialize
+from .policy import AcceptedFirst, BuiltinPolicy, TargetInfo, candidates_dir, materialize
 from .state import Proposal, SearchState
 from .strategy import Ask, Proposer, Strategy, StrategyParams
 
@@ -310,6 +310,9 @@ def _search(setup: Setup, root: Path, settings: Settings, start: float, ctx: Sea
             oracle.eval_key = evaluation_key(setup.config, [w.get("key") or w["signature"] for w in workloads], setup.reference_norm)
             build = " ".join(["g++", *(setup.config.cxxflags or [])]) if target.kind == "program" else ""
             policy = builtin or _make_policy(policy_name, target, root, device, settings, hook, llm, budget, run_id, workloads, result, build)
+            merged = BuiltinPolicy(target, root, device, torch_compile=False).accepted() if builtin is None else None
+            if merged is not None:  # a model improves on the kernel the lock accepts (the built-in policy starts with it)
+                policy = AcceptedFirst(policy, merged)
             if hook is not None:
                 policy = HookedProposer(hook, policy, target, candidates_dir(root, target.id), _native_lang(target, device))
             strategy.initialize(state, policy, StrategyParams(k=settings.k, depth=settings.depth, width=settings.width))

@@ -26,7 +26,7 @@ from ..oracle.check import NATIVE_EXTS, CandidateSpec
 from ..targets.lock import find_lock, read_lock
 from .program_variants import program_variants
 from .state import Proposal, SearchState
-from .strategy import Ask
+from .strategy import Ask, Proposer
 
 TUNE = re.compile(r"^\s*(?://|#)\s*maxcode-tune:\s*(?P<spec>.+)$", re.MULTILINE)
 
@@ -336,3 +336,26 @@ def without_model_note(root: Path, policy: str, searched: list[str]) -> str | No
     if policy != "builtin" or not searched or any(has_seeds(root, t) for t in searched):
         return None
     return WITHOUT_MODEL
+
+
+class AcceptedFirst:
+    """A model's policy, after the kernel the project's lock accepts for the target.
+
+    The merged kernel is the search's starting point: measured again as the first node, it is
+    in the trajectory and (while nothing beats it) the best-so-far every later prompt improves
+    on, instead of the model starting over from the reference.
+    """
+
+    def __init__(self, inner: Proposer, accepted: Proposal) -> None:
+        self.inner, self.name = inner, inner.name
+        self._accepted: Proposal | None = accepted
+
+    @property
+    def wait_s(self) -> float:
+        return float(getattr(self.inner, "wait_s", 0.0))
+
+    def propose(self, state: SearchState, asks: list[Ask]) -> list[Proposal]:
+        if self._accepted is not None and asks:
+            first, self._accepted = self._accepted, None
+            return [first]
+        return self.inner.propose(state, asks)
