@@ -69,6 +69,16 @@ def single(x):
 @maxcode.optimize(lang="cpp")
 def listed(x):
     return [x * 2]
+
+
+@maxcode.optimize(lang="cpp")
+def colmajor(x):
+    return x * 2
+
+
+@maxcode.optimize(lang="cpp")
+def colmajor_unstrided(x):
+    return x * 2
 '''
 
 HEAD = '#include <dlpack/dlpack.h>\n#include <cstdint>\n#include <immintrin.h>\nextern "C" int maxcode_test_calls = 0;\n'
@@ -121,6 +131,18 @@ MM = HEAD + RUN + """  if (n_in != 2 || n_out != 1) return 1;
   return 0;
 }
 """
+# 2 * x for the transposed layout it was verified on (strides (1, rows)), read column-major as
+# the prompt's strides said, strides themselves unread
+COLMAJOR = HEAD + RUN + """  if (n_in != 1 || n_out != 1) return 1;
+  ++maxcode_test_calls;
+  const int64_t rows = in[0].shape[0], cols = in[0].shape[1];
+  const float* x = static_cast<const float*>(in[0].data);
+  float* y = static_cast<float*>(out[0].data);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = 2 * x[c * rows + r];
+  return 0;
+}
+"""
 SINGLE = TWICE.replace("_mm_load_ps", "_mm_loadu_ps").replace("_mm_store_ps", "_mm_storeu_ps")
 
 F32 = ["float32", 2, True]
@@ -132,6 +154,8 @@ KERNELS: dict[str, tuple[str, list]] = {
     "mm": (MM, [[F32, F32]]),
     "single": (SINGLE, [[["float32", 1, True]]]),
     "listed": (SINGLE, [[["float32", 1, True]]]),
+    "colmajor": (COLMAJOR, [[["float32", 2, False, (1, 8)]]]),  # torch.randn(16, 8).t()
+    "colmajor_unstrided": (COLMAJOR, [[["float32", 2, False]]]),  # a lock from before strides were recorded
 }
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the kernel uses SSE")
@@ -225,6 +249,17 @@ def test_transposed_and_broadcast_views_of_the_verified_shape_are_served_by_the_
     served(lib.add, torch.randn(1, 8).expand(8, 8), y, kernel=False)  # stride 0
     served(lib.add, x, torch.randn(8, 16)[:, ::2], kernel=False)
     served(lib.add, x, y, kernel=True)
+
+
+def test_a_non_contiguous_layout_other_than_the_verified_one_is_served_by_the_reference(lib: ModuleType) -> None:
+    verified = torch.randn(16, 8).t()
+    planned(lib.colmajor, verified)
+    other = torch.randn(8, 32)[:, ::2]  # the same dtype, shape, rank and contiguity; strides (32, 2)
+    served(lib.colmajor, other, kernel=False)  # before the fix: the kernel read it column-major (wrong values)
+    served(lib.colmajor, other, kernel=False)  # and no plan was made for it
+    served(lib.colmajor, torch.randn(16, 8).t(), kernel=True)
+    served(lib.colmajor_unstrided, verified, kernel=False)  # no strides in the lock: not known to be verified
+    served(lib.colmajor_unstrided, verified, kernel=False)
 
 
 def test_another_dtype_or_rank_is_served_by_the_reference(lib: ModuleType) -> None:

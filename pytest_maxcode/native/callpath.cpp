@@ -301,8 +301,8 @@ bool plain_cpu(PyObject* v, const at::Tensor& t) {
 }
 
 // signature(args) -> bytes, or None where the call cannot take a cached plan.
-// What fixes a call's outputs and whether the kernel may run: per tensor its dtype, contiguity
-// and sizes (plain_cpu tensors only, so the device is the CPU); per int/float/bool scalar its
+// What fixes a call's outputs and whether the kernel may run: per tensor its dtype, contiguity,
+// sizes and, when not contiguous, strides (plain_cpu tensors only, so the device is the CPU); per int/float/bool scalar its
 // value. None, for the checked path to decide, for a tensor that requires grad (autograd needs
 // the reference) or is not plain_cpu, any other kind of argument, a call under CPU autocast
 // (the reference's dtypes change) or a torch function or dispatch mode (it sees and may change
@@ -324,10 +324,15 @@ PyObject* signature(PyObject*, PyObject* args) {
         if (t.requires_grad() || !plain_cpu(v, t)) { cacheable = false; break; }
         words.push_back(1);
         words.push_back(static_cast<int64_t>(t.scalar_type()));
-        words.push_back(t.is_contiguous() ? 1 : 0);
+        bool contiguous = t.is_contiguous();
+        words.push_back(contiguous ? 1 : 0);
         words.push_back(t.dim());
         auto sizes = t.sizes();
         words.append(sizes.begin(), sizes.end());
+        if (!contiguous) {  // verified per stride (arg_class): another layout of these sizes is another plan
+          auto strides = t.strides();
+          words.append(strides.begin(), strides.end());
+        }
       } else if (PyBool_Check(v)) {
         words.push_back(2);
         words.push_back(v == Py_True);

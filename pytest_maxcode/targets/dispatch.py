@@ -123,15 +123,25 @@ def install_forced(handle: TargetHandle, spec: dict[str, Any]) -> None:
 
 
 def arg_class(v: Any) -> tuple:
-    """What verification fixed about an argument: dtype, rank and contiguity (not sizes).
+    """What verification fixed about an argument: dtype, rank and contiguity (not sizes), and a
+    non-contiguous tensor's strides: a kernel verified on one such layout (a transpose, told
+    its strides by the prompt) may read only that one, and ``x[:, ::2]`` of the same shape and
+    rank is another. A lock that recorded no strides then serves non-contiguous calls by the
+    reference until the kernel is accepted again.
 
     Public: the search records each workload's layout with it, the dispatcher checks calls against it.
     """
     import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
     if isinstance(v, torch.Tensor):
-        return (str(v.dtype).replace("torch.", ""), v.dim(), v.is_contiguous())
+        dtype = str(v.dtype).replace("torch.", "")
+        return (dtype, v.dim(), True) if v.is_contiguous() else (dtype, v.dim(), False, tuple(v.stride()))
     return (type(v).__name__,)
+
+
+def _hashable(value: Any) -> Any:
+    """A lock's nested lists (a layout's strides) as tuples, to compare with ``arg_class``."""
+    return tuple(_hashable(x) for x in value) if isinstance(value, list) else value
 
 
 #: call plans kept per dispatcher (one per distinct argument signature); later ones take the checked path
@@ -222,7 +232,7 @@ class NativeDispatcher:
         #: ``list`` or None (one bare tensor); a lock's outputs do not say (one is taken as bare, more as a tuple)
         self.packs: dict[str, type | None] = {}
         sigs = entry.extra.get("signatures")
-        self.signatures = {tuple(tuple(a) for a in s) for s in sigs} if sigs else None
+        self.signatures = {tuple(_hashable(list(a)) for a in s) for s in sigs} if sigs else None
         #: the compiled call path once loaded (None: every call takes the checked path below)
         self.fast: Any = None
         #: call plans by the helper's argument signature: calls that every check below already
