@@ -31,7 +31,13 @@ from ..oracle.verdict import Verdict, undecided
 from ..targets.decorator import normalized_source_in_file
 from ..value.scorer import LightScorer, LLMScorer
 from .budget import Budget, Limits, Meter
-from .policy import AcceptedFirst, BuiltinPolicy, TargetInfo, candidates_dir, materialize
+from .policy import (
+    AcceptedFirst,
+    BuiltinPolicy,
+    TargetInfo,
+    candidates_dir,
+    materialize,
+)
 from .state import Proposal, SearchState
 from .strategy import Ask, Proposer, Strategy, StrategyParams
 
