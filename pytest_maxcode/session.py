@@ -569,7 +569,7 @@ def _trajectory_rows(result: Any) -> tuple[list[dict[str, Any]], dict[str, int]]
             "resumed": bool(v.diagnostics.get("resumed")),
             "node": node.id, "parent": node.parent.index + 1 if node.parent is not None else None,
             "depth": node.depth, "step": node.step, "reward": node.reward, "strategy": result.strategy,
-            "critique": node.critique, "critique_flags": list(node.critique_flags),
+            "critique": node.critique, "critique_flags": list(node.critique_flags), "samples": node.samples,
         })
     # the report's one rule for "best" (a faster node, lowest own time), so the curve ends on the quoted number
     for row, (_, best) in zip(rows, best_so_far_curve(rows)):
