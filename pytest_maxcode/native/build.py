@@ -119,6 +119,25 @@ def verified_library(result: BuildResult) -> Path:
 _SEALED: list[int] = []  # the sealed copies' descriptors stay open while their libraries are loaded
 
 
+def sealed_memfd(data: bytes, name: str) -> int | None:
+    """A write-sealed memory file holding ``data`` (None where the system has none)."""
+    if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
+        return None
+    try:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError:
+        return None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def sealed_library(result: BuildResult) -> str:
     """A path to load the library from whose bytes are exactly those just verified.
 
@@ -128,22 +147,11 @@ def sealed_library(result: BuildResult) -> str:
     that is not possible, the verified path itself.
     """
     path = verified_library(result)
-    if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
-        return str(path)
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != result.sha256:
         raise IntegrityError(path, "changed while it was being loaded")
-    try:
-        fd = os.memfd_create(f"maxcode-{result.sha256[:16]}.so", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    except OSError:
-        return str(path)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
-    except OSError:
-        os.close(fd)
+    fd = sealed_memfd(data, f"maxcode-{result.sha256[:16]}.so")
+    if fd is None:
         return str(path)
     _SEALED.append(fd)
     return f"/proc/self/fd/{fd}"

@@ -23,7 +23,6 @@ every call, with one warning per process.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import json
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import abi
+from .build import sealed_memfd
 
 SOURCE = Path(__file__).parent / "callpath.cpp"
 LIBRARY = "_maxcode_call.so"
@@ -134,25 +134,6 @@ def build(root: Path | None = None) -> Path:
     return folder
 
 
-def _sealed(data: bytes, name: str) -> int | None:
-    """A write-sealed memory file holding ``data`` (None where the system has none)."""
-    if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
-        return None
-    try:
-        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    except OSError:
-        return None
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
 def sealed_fd() -> int | None:
     """A sealed memory file with the verified helper (kept open for this process's life), or None.
 
@@ -168,7 +149,7 @@ def sealed_fd() -> int | None:
         data = (folder / LIBRARY).read_bytes()
         if _sha256(data) != record.get("sha256"):
             raise RuntimeError(f"{folder / LIBRARY} changed since it was built (delete {folder} to build it again)")
-        fd = _sealed(data, f"maxcode-callpath-{record['sha256'][:16]}.so")
+        fd = sealed_memfd(data, f"maxcode-callpath-{record['sha256'][:16]}.so")
         _state["path"] = f"/proc/self/fd/{fd}" if fd is not None else str(folder / LIBRARY)
     except (RuntimeError, OSError, ValueError) as e:
         _fallback(str(e))

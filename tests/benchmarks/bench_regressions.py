@@ -31,29 +31,10 @@ import git
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_aa_runs import cpu_hog  # noqa: E402
+from test_bench_ab import BENCH  # noqa: E402  the same three benchmarks as the test
 
 from pytest_maxcode.bench import ab  # noqa: E402
 from pytest_maxcode.bot import compare as cmp  # noqa: E402
-
-BENCH = '''
-def work(n):
-    total = 0
-    for i in range(n):
-        total += i * i
-    return total
-
-
-def test_doubled(benchmark):
-    benchmark(work, {doubled})
-
-
-def test_fifth(benchmark):
-    benchmark(work, {fifth})
-
-
-def test_same(benchmark):
-    benchmark(work, 4000)
-'''
 
 
 def make_repo(root: Path) -> None:
