@@ -66,8 +66,8 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
     """Per side (``refs``: side name -> commit), each benchmark's figure per process, the
     sides' processes alternating ABBA... (a slow drift of the machine weighs on all alike).
     An ``optional`` side (the base) that lacks the project folder or collects no benchmark
-    has none: a pull request that adds the first benchmarks is not an error. Many parameters
-    because each keyword is one option of ``bench-ab`` / ``bench-record``, passed through."""
+    has none: a pull request that adds the first benchmarks is not an error.
+    Many parameters because each keyword is one option of ``bench-ab`` / ``bench-record``."""
     if timer not in ("time", "instructions"):
         raise MaxcodeError(f"bench-ab: --timer {timer!r}: expected time or instructions")
     counting = _Counting(Path(repo_root)) if timer == "instructions" else None
