@@ -167,7 +167,7 @@ class Settings:
     seeds: int = setting(3, "number of random input sets (default {default}, at least 2)", type=int, metavar="N", scopes=_C)
     time_budget: float = setting(0.5, "seconds of interleaved timing per candidate and workload (default {default})", type=positive_float, metavar="S", scopes=_C)
     timer: str = setting("time", "wall time, or callgrind instruction counts of single-threaded runs for native C++ candidates (deterministic on noisy machines; about a minute of start-up under valgrind)", choices=("time", "instructions"), scopes=_C)
-    cxxflags: str | None = setting(None, "g++ flags replacing the defaults (-O3 -march=native -fopenmp -std=c++17), one string", metavar="FLAGS", scopes=_C)
+    cxxflags: str | None = setting(None, "g++ flags replacing the defaults (-O3 -march=native -fopenmp -fno-trapping-math -std=c++17), one string", metavar="FLAGS", scopes=_C)
     nvccflags: str | None = setting(None, "nvcc flags replacing the defaults (-O3 -std=c++17), one string; -arch is added", metavar="FLAGS", scopes=_C)
     jobs: int | None = setting(None, "parallel builds (default: one per core)", type=int, metavar="N", scopes=_C)
     json: bool = setting(False, "print one JSON array on stdout, one object per candidate", action="store_true", scopes=_C)

@@ -65,7 +65,7 @@ def _evaluate_once(oracle: Oracle, store: Store, project: Path, remeasure: bool)
     spec = CandidateSpec.from_path("good.cpp")
     target = TargetInfo(oracle.reference.target_id, "ref", "Model", project / "ref.py", "module")
     result = SearchResult(target, SearchState(target.id), "")
-    (v,) = _evaluate([Proposal(spec, "seed")], oracle, store, target, contextlib.nullcontext(), print, result, remeasure)
+    (v,) = _evaluate([Proposal(spec, "seed")], result.state, oracle, store, target, contextlib.nullcontext(), print, result, remeasure)
     return v, result
 
 

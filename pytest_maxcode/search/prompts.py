@@ -130,7 +130,7 @@ class PromptContext:
                 module_inputs=self._inputs_order(),
                 outputs_note=" (a tuple result gives several outputs)",
                 stream_note=("the current CUDA stream (cudaStream_t); launch kernels on it" if self.lang == "cuda" else "NULL (CPU code); OpenMP is available"),
-                build=self.build or ("nvcc -O3 -std=c++17" if self.lang == "cuda" else "g++ -O3 -march=native -fopenmp -std=c++17"),
+                build=self.build or ("nvcc -O3 -std=c++17" if self.lang == "cuda" else "g++ -O3 -march=native -fopenmp -fno-trapping-math -std=c++17"),
             )
         else:
             iface = COMPAT.format(entry=self.entry)
