@@ -877,8 +877,8 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
             history.add(Record(commits["base"], branch, timer, tuple(ns.pytest_args),
                                {name: list(t.data or [t.median_s]) for name, t in base.items()}))
             history.save()
-        result.trends = {c.name: history.trend(c.name, branch, timer, ns.pytest_args) for c in result.comparisons}
-        result.trends = {k: v for k, v in result.trends.items() if len(v) > 1}
+        trends = ((c.name, history.trend(c.name, branch, timer, ns.pytest_args)) for c in result.comparisons)
+        result.trends = {name: points for name, points in trends if len(points) > 1}
     return _emit_comparison(ns, result)
 
 

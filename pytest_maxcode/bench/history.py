@@ -89,6 +89,6 @@ class History:
 
     def trend(self, name: str, ref: str, timer: str, args: Sequence[str], n: int = TREND) -> list[float]:
         """The benchmark's medians over the newest ``n`` records of ``ref``, oldest first."""
-        out = [r.medians()[name] for r in self.records
-               if r.ref == ref and r.timer == timer and r.args == tuple(args) and name in r.samples and r.samples[name]]
+        out = [statistics.median(r.samples[name]) for r in self.records
+               if r.ref == ref and r.timer == timer and r.args == tuple(args) and r.samples.get(name)]
         return out[-n:]
