@@ -39,7 +39,7 @@ def test_same(benchmark):
     benchmark(work, 4000)
 '''
 ARGS = ["--benchmark-max-time=0.05", "--benchmark-min-rounds=10", "--benchmark-warmup=off"]
-REPEATS = 10
+REPEATS = 4  # tests/benchmarks/bench_regressions.py runs many more and prints the rates
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _verdicts(repo: Path) -> dict[str, str]:
-    base, head = ab.interleaved(repo, "base", "head", ARGS, runs=3, project="proj")
+    base, head = ab.interleaved(repo, "base", "head", ARGS, runs=ab.RUNS, project="proj")  # the default: its power is the claim
     result = ab.judge(base, head)
     return {c.name.split("::")[-1]: c.verdict for c in result.comparisons}
 

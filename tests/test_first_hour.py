@@ -292,14 +292,13 @@ def test_a_damaged_store_is_one_line_for_read_only_commands(tmp_path: Path, comm
 def test_best_so_far_counts_only_faster_nodes(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
+    from pytest_maxcode.model.search import Node, Proposal
     from pytest_maxcode.oracle.verdict import Verdict
     from pytest_maxcode.session import _target_report
 
-    def node(i: int, status: str, speedup: float | None) -> SimpleNamespace:
+    def node(i: int, status: str, speedup: float | None) -> Node:
         v = Verdict(candidate=f"c{i}.cpp", status=status, speedup=speedup, speedup_ci=[0.5, 11.4] if speedup else None, hash=f"h{i}")
-        p = SimpleNamespace(origin="seed", params={}, error=None, spec=None)
-        return SimpleNamespace(proposal=p, verdict=v, index=i, id=i, parent=None, depth=0, step=0, reward=0.0,
-                               critique=None, critique_flags=())
+        return Node(index=i, proposal=Proposal(spec=None, origin="seed"), verdict=v, reward=0.0, depth=0, step=0, id=i)
 
     (tmp_path / "lib.py").write_text("def f(x):\n    return x\n")
     nodes = [node(0, "faster", 2.0), node(1, "not_faster", 8.9), node(2, "wrong", None), node(3, "faster", 3.0)]
