@@ -107,6 +107,7 @@ def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None)
         signatures=t.get("signatures", []),
         outputs=t.get("outputs", {}),
         returns=t.get("returns"),
+        pack=t.get("pack"),
         range_limited=t.get("range_limited"),
         accept_range_limited=t.get("accept_range_limited") is True,
         build_id=best.get("build_id", ""),

@@ -486,7 +486,7 @@ class MaxcodeSession:
         self._say(f"{cap.handle.id}: re-running {len(cap.callers)} test(s) with {Path(best.source_path).name}")
         checked = verify(
             self.root, cap.handle.id, cap.callers, cap.benchmark_callers, self.root / best.source_path,
-            best.lang, entry.device or "cpu", entry.outputs or {}, entry.returns,
+            best.lang, entry.device or "cpu", entry.outputs or {}, entry.returns, entry.pack,
         )
         tests = checked["tests"]
         entry.tests = RerunResult(rerun=list(tests["rerun"]), passed=tests["passed"], summary=tests["summary"],
@@ -604,6 +604,9 @@ def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
     entry.outputs, entry.signatures = outputs, signatures
     if result.target.inplace:
         entry.returns = next((w.get("returns") for w in result.workloads if w.get("returns")), "none")
+    else:  # one way for every signature, else the reference's own per call ("other")
+        packs = {w.get("pack") for w in result.workloads}
+        entry.pack = packs.pop() if len(packs) == 1 else "other"
     entry.measurement = _measurement(v)
     if v.speedup is not None and v.speedup_ci:
         from .remeasure import command

@@ -90,11 +90,14 @@ def run_tests_with_file(root: Path, path: Path, text: str, nodeids: list[str], t
 
 
 def candidate_env(target_id: str, kernel: Path, lang: str, device: str, outputs: dict[str, Any],
-                  returns: str | None = None) -> dict[str, str]:
-    """What a re-run test process needs to force the candidate: an in-place kernel's ``returns`` too."""
+                  returns: str | None = None, pack: str | None = None) -> dict[str, str]:
+    """What a re-run test process needs to force the candidate: an in-place kernel's ``returns``,
+    and how the outputs are handed back (``pack``), too."""
     spec = {"kernel": str(kernel), "lang": lang, "device": device, "outputs": outputs}
     if returns:
         spec["returns"] = returns
+    if pack:
+        spec["pack"] = pack
     return {"MAXCODE_CANDIDATES": json.dumps({target_id: spec})}
 
 
@@ -108,13 +111,14 @@ def verify(
     device: str,
     outputs: dict[str, Any],
     returns: str | None = None,
+    pack: str | None = None,
 ) -> dict[str, Any]:
     """The ``tests`` and ``benchmarks`` parts of a target's report.
 
     Parameters because it forwards what a re-run test process needs to force the kernel (target,
-    kernel, language, device, output layouts, in-place return) and which tests to run.
+    kernel, language, device, output layouts and packing, in-place return) and which tests to run.
     """
-    env = candidate_env(target_id, kernel, lang, device, outputs, returns)
+    env = candidate_env(target_id, kernel, lang, device, outputs, returns, pack)
     plain = [n for n in callers if n not in benchmark_callers]
     tests: dict[str, Any] = {"rerun": callers, "passed": None, "summary": "", "kernel_calls": 0}
     if plain:

@@ -72,6 +72,16 @@ def listed(x):
 
 
 @maxcode.optimize(lang="cpp")
+def single_locked(x):
+    return (x * 2,)
+
+
+@maxcode.optimize(lang="cpp")
+def mixed(x):
+    return (x * 2, 1)
+
+
+@maxcode.optimize(lang="cpp")
 def colmajor(x):
     return x * 2
 
@@ -156,6 +166,14 @@ KERNELS: dict[str, tuple[str, list]] = {
     "listed": (SINGLE, [[["float32", 1, True]]]),
     "colmajor": (COLMAJOR, [[["float32", 2, False, (1, 8)]]]),  # torch.randn(16, 8).t()
     "colmajor_unstrided": (COLMAJOR, [[["float32", 2, False]]]),  # a lock from before strides were recorded
+    "single_locked": (SINGLE, [[["float32", 1, True]]]),
+    "mixed": (SINGLE, [[["float32", 1, True]]]),
+}
+#: what a search's report adds to some entries: the output layouts (so the first call runs the
+#: kernel) and how the reference hands its outputs back
+LOCKED: dict[str, dict[str, Any]] = {
+    "single_locked": {"outputs": {"float32[32]": [[[32], "float32"]]}, "pack": "tuple"},
+    "mixed": {"outputs": {"float32[32]": [[[32], "float32"]]}, "pack": "other"},
 }
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the kernel uses SSE")
@@ -164,7 +182,7 @@ x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="
 def _accept(root: Path, name: str, source: str, signatures: list) -> None:
     accept(root, target_id=f"{MODULE}.{name}", reference_file=root / f"{MODULE}.py", qualname=name,
            kernel_source=source, lang="cpp", device="cpu", arch=platform.machine(), speedup=2.0,
-           speedup_ci=[1.9, 2.1], signatures=signatures)
+           speedup_ci=[1.9, 2.1], signatures=signatures, **LOCKED.get(name, {}))
 
 
 @pytest.fixture(scope="module")
@@ -431,6 +449,19 @@ def test_a_reference_returning_a_one_tuple_or_a_list_gets_the_same(lib: ModuleTy
         assert type(got) is kind and len(got) == 1
 
 
+def test_the_lock_says_how_the_outputs_are_handed_back(lib: ModuleType) -> None:
+    """With the output layouts in the lock, the very first call runs the kernel: the lock's
+    pack keeps a one-tuple a tuple; outputs only the reference can give never reach a kernel."""
+    x = torch.randn(32)
+    assert read_lock(lib.ROOT / "maxcode.lock")[f"{MODULE}.single_locked"].extra["pack"] == "tuple"
+    for _ in range(3):  # the first from the lock's layouts, then from a plan
+        got = served(lib.single_locked, x, kernel=True)
+        assert type(got) is tuple and len(got) == 1
+    for _ in range(3):
+        got = served(lib.mixed, x, kernel=False)
+        assert type(got[1]) is int
+
+
 def test_a_kernel_disabled_or_replaced_while_plans_are_cached(lib: ModuleType) -> None:
     x, y = torch.randn(12, 16), torch.randn(12, 16)
     planned(lib.add, x, y)
@@ -494,3 +525,14 @@ def test_threads_calling_concurrently(lib: ModuleType) -> None:
     assert not errors, errors[0]
     assert lib.add.maxcode.active == "kernel" and lib.scale.maxcode.active == "kernel"
     assert any(k for k in lib.add.maxcode._impl.plans)
+
+
+def test_the_oracle_names_how_a_reference_hands_back_its_outputs() -> None:
+    from collections import namedtuple
+
+    from pytest_maxcode.oracle.remote._maxcode_worker import _pack
+
+    x = torch.ones(2)
+    pair = namedtuple("pair", "a b")
+    assert [_pack(x), _pack((x,)), _pack([x, x])] == ["bare", "tuple", "list"]
+    assert [_pack(1.0), _pack((x, 1)), _pack(pair(x, x)), _pack(torch.max(x, 0)), _pack(torch.nn.Parameter(x))] == ["other"] * 5

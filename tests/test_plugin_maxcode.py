@@ -237,6 +237,7 @@ def test_apply_then_dispatch_then_stale_then_disable(applied) -> None:
     assert target(path, "mylib.fused")["status"] == "verified"
     lock = (path / "maxcode.lock").read_text()
     assert '[targets."mylib.fused"]' in lock and (path / "maxcode_kernels" / "mylib.fused.cpp").is_file()
+    assert target(path, "mylib.fused")["pack"] == "bare" and 'pack = "bare"' in lock  # the kernel's calls hand back what the reference does
     fresh = run(path, "-k", "state or fused")
     assert fresh.returncode == 0 and "STATE kernel |" in fresh.stdout
     disabled = run(path, "-k", "state", env={"MAXCODE_DISABLE": "1"})
@@ -257,7 +258,7 @@ def test_inplace_target_is_searched_and_records_its_return(applied) -> None:
     path, _ = applied
     t = target(path, "mylib.scale_")
     assert t["candidates"] == {"tried": 1, "correct": 1, "faster": 1, "failed": {}}, t["trajectory"]
-    assert t["returns"] == "arg0"
+    assert t["returns"] == "arg0" and "pack" not in t
 
 
 def test_inplace_target_is_verified_and_locked_with_its_return(applied) -> None:

@@ -86,7 +86,11 @@ class Measurement:
 
 #: keys written only when set (the schema does not require them)
 _OPTIONAL = ("kind", "sandbox", "search", "range_limited", "accept_range_limited", "stop_reason", "device", "arch",
-             "reference", "outputs", "signatures", "returns", "measurement", "remeasure")
+             "reference", "outputs", "signatures", "returns", "pack", "measurement", "remeasure")
+
+#: how a function hands back its outputs: one bare tensor, a plain tuple or list of tensors, or
+#: anything else (a scalar, a named tuple), which only the reference reproduces
+PACKS = ("bare", "tuple", "list", "other")
 
 
 @dataclass
@@ -123,6 +127,8 @@ class TargetResult:
     signatures: list[Any] | None = None
     #: an in-place function's return convention ("none", "first", ...)
     returns: str | None = None
+    #: how the function hands back its outputs (one of :data:`PACKS`), so the kernel's calls do too
+    pack: str | None = None
     #: how noisy the machine was while the quoted speedup was measured (see :class:`Measurement`)
     measurement: Measurement | None = None
     #: how to check the quoted speedup: ``{"command": ..., "expect": [low, high]}``

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import MaxcodeError
 from ..model.protocols import EvaluationStore
+from ..model.report import PACKS
 from ..model.verdict import UNDECIDED_WIDTH, Verdict, undecided
 from ..native import build as build_mod
 from ..options import MIN_SPEEDUP
@@ -140,6 +141,7 @@ class Workload:
     in_bytes: int
     weak: list[str] = field(default_factory=list)
     returns: str | None = None  # in-place targets: "none" or "argN"
+    pack: str | None = None  # other targets: "bare", "tuple", "list" or "other" (see PACKS)
     flops: int = 0  # per reference call, as torch's flop counter sees it (0: elementwise only)
     #: the call's layout in shared memory: one input set's tensor facts and the outputs' (shape, dtype)
     in_meta: list[Any] = field(default_factory=list)
@@ -418,7 +420,7 @@ class Oracle:
             for w in torch.load(expected_path, weights_only=True):
                 returns = w.get("returns")
                 wl = Workload(w["name"], w["expected"], int(w["in_bytes"]), returns=returns and returns.split(":")[0],
-                              flops=int(w.get("flops") or 0))
+                              pack=w.get("pack") if w.get("pack") in PACKS else None, flops=int(w.get("flops") or 0))
                 wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
                 if returns and returns.endswith(":unchanged"):
                     wl.weak.append("the in-place reference left its arguments unchanged on the first input set")

@@ -231,6 +231,7 @@ def search_target(
             w["weak"] = wl.weak
             w["outputs"] = [] if target.inplace else [[list(t.shape), str(t.dtype).replace("torch.", "")] for t in wl.expected[0]]
             w["returns"] = wl.returns
+            w["pack"] = wl.pack
 
     return _search(Setup(target, device, config, reference_norm, workloads, oracle, prepared, builtin), root, settings, start, ctx)
 

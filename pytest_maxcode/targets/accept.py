@@ -36,6 +36,7 @@ def accept(
     signatures: Sequence[Sequence[Sequence[Any]]] = (),
     outputs: dict[str, Any] | None = None,
     returns: str | None = None,
+    pack: str | None = None,
     range_limited: str | None = None,
     accept_range_limited: bool = False,
     build_id: str = "",
@@ -80,6 +81,7 @@ def accept(
             **({"signatures": [list(map(list, s)) for s in signatures]} if signatures else {}),
             **({"outputs": outputs} if outputs else {}),
             **({"returns": returns} if returns else {}),
+            **({"pack": pack} if pack else {}),
             **({"range_limited": range_limited} if range_limited else {}),
         },
     )

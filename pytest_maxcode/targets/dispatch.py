@@ -111,7 +111,7 @@ def install_forced(handle: TargetHandle, spec: dict[str, Any]) -> None:
     entry = LockEntry(
         target=handle.id, reference_hash="", kernel=str(kernel), kernel_hash="", lang=spec["lang"],
         device=spec.get("device", "cpu"), arch="", speedup=0.0, speedup_ci=[0.0, 0.0], date="", tool_version="",
-        extra={"outputs": spec.get("outputs", {}), **({"returns": spec["returns"]} if spec.get("returns") else {})},
+        extra={"outputs": spec.get("outputs", {}), **{k: spec[k] for k in ("returns", "pack") if spec.get(k)}},
     )
     # the project's build cache (the search already built this exact source there)
     root = Path.cwd()
@@ -146,6 +146,8 @@ def _hashable(value: Any) -> Any:
 
 #: call plans kept per dispatcher (one per distinct argument signature); later ones take the checked path
 MAX_PLANS = 256
+#: a lock's ``pack`` as the call hands the kernel's outputs back ("other" never reaches a kernel)
+_PACK_TYPES: dict[str, type | None] = {"bare": None, "tuple": tuple, "list": list}
 
 #: the alignment of every tensor a kernel is verified with (the oracle's 64-byte slots, torch's allocator)
 VERIFIED_ALIGNMENT = 64
@@ -223,13 +225,18 @@ class NativeDispatcher:
         _TRACED.append(self)
         import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
-        # output shapes recorded at verification; other signatures learn theirs on first call
-        self.out_meta: dict[str, list[tuple[Any, Any]]] = {
+        #: how the reference packs its outputs (``model.report.PACKS``); an older lock does not say
+        self.lock_pack: str | None = entry.extra.get("pack")
+        # output shapes recorded at verification; other signatures learn theirs on first call.
+        # Outputs only the reference can hand back ("other": a scalar, a named tuple) are never
+        # learned, so such calls stay with the reference.
+        self.out_meta: dict[str, list[tuple[Any, Any]]] = {} if self.lock_pack == "other" else {
             key: [(tuple(shape), getattr(torch, dtype)) for shape, dtype in outs]
             for key, outs in entry.extra.get("outputs", {}).items()
         }
         #: how the reference packs its outputs, per input signature learned from it: ``tuple``,
-        #: ``list`` or None (one bare tensor); a lock's outputs do not say (one is taken as bare, more as a tuple)
+        #: ``list`` or None (one bare tensor); else the lock's pack, and where an older lock does
+        #: not say, one output is taken as bare and more as a tuple
         self.packs: dict[str, type | None] = {}
         sigs = entry.extra.get("signatures")
         self.signatures = {tuple(_hashable(list(a)) for a in s) for s in sigs} if sigs else None
@@ -381,7 +388,7 @@ class NativeDispatcher:
         outs = self._run(call_args, extras, tensors, meta)
         if outs is None:
             return ref(*args)
-        pack = self.packs.get(key, None if len(meta) == 1 else tuple)
+        pack = self.packs[key] if key in self.packs else _PACK_TYPES.get(self.lock_pack or "", None if len(meta) == 1 else tuple)
         if self.fast is not None and len(self.plans) < MAX_PLANS:
             sig = self.fast.signature(args)
             if sig is not None:

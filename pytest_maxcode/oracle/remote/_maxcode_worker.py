@@ -244,6 +244,17 @@ def _to_device(values: list, device: str) -> list:
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
+def _pack(result) -> str:
+    """How the reference hands back its outputs, so an accepted kernel's call hands them back
+    the same way: one bare tensor, a plain tuple or list of tensors, or anything else
+    (a scalar, a named tuple), which only the reference reproduces."""
+    import torch
+
+    if type(result) in (tuple, list):
+        return type(result).__name__ if all(isinstance(r, torch.Tensor) for r in result) else "other"
+    return "bare" if isinstance(result, torch.Tensor) and type(result) is torch.Tensor else "other"
+
+
 def _as_outputs(result) -> list:
     import torch
 
@@ -301,7 +312,7 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
             torch.manual_seed(seed)
             sets.append(list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(sets[0]))
         expected = []
-        returns = None
+        returns = pack = None
         rejected = 0
         kept = []
         with torch.no_grad():
@@ -332,6 +343,7 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
                         returns = f"{returns}:unchanged"
                 else:
                     outs = _as_outputs(result)
+                    pack = _pack(result) if pack is None or pack == _pack(result) else "other"
                 expected.append([o.detach().to("cpu").clone() for o in outs])
         sets = kept
         cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in sets]
@@ -340,7 +352,7 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
         ranged = _reference_ranges(fn, cpu_sets[0], expected[0], out_meta, job, device) if job.get("ranges") else []
         workloads.append({
             "name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta,
-            "in_bytes": in_bytes, "returns": returns, "flops": _count_flops(fn, sets[0], device),
+            "in_bytes": in_bytes, "returns": returns, "pack": pack, "flops": _count_flops(fn, sets[0], device),
             "rejected": rejected, "generated": len(w.get("seeds", [])),
             "range": [(label, values) for label, values, _outs in ranged],
             "range_expected": [(label, outs) for label, _values, outs in ranged],
@@ -348,7 +360,7 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
     # Files, not the channel: the zygote loads the inputs, and only the parent the
     # expected outputs (it deletes that file before any candidate runs).
     torch.save([{k: w[k] for k in ("name", "sets", "out_meta", "range")} for w in workloads], job["inputs_out"])
-    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns", "flops", "rejected", "generated", "range_expected")}
+    torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns", "pack", "flops", "rejected", "generated", "range_expected")}
                 for w in workloads], job["expected_out"])
     _send_child(conn, "reference")
 
