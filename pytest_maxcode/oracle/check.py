@@ -658,89 +658,26 @@ class Oracle:
         )
 
     def _run(self, cand: CandidateSpec, built: build_mod.BuildResult | None, v: Verdict, later_block: bool = False) -> None:
-        """One candidate's run on its sandboxed worker: build, load, every correctness set, the range sets,
-        then the timing through the trusted clock; a failure at any step ends the run with that
-        step's status. Long because it is kept whole: the order of the trust checks is the
-        point, and it reads top to bottom."""
+        """One candidate's run on its sandboxed worker: build, load, every correctness set, the
+        range sets, then the timing through the trusted clock (:meth:`_converse`); a failure at
+        any step ends the run with that step's status, and what the process left behind
+        (:meth:`_settle`) can still turn a pass into a rejection."""
         assert self.zygote is not None
-        c = self.config
-        by_name = {w.name: w for w in self.workloads}
-        out_bytes = sum(w.out_bytes for w in self.workloads)
-        max_message = 64 * max(out_bytes, 1) + (16 << 20)
         start = time.monotonic()
-        timeout = c.timeout * self._slowdown
-        first_timeout = timeout + (c.build_timeout if cand.format == "compat" else 0)
+        timeout = self.config.timeout * self._slowdown
+        first_timeout = timeout + (self.config.build_timeout if cand.format == "compat" else 0)
         try:
             job = self._job(cand, built, ranges=not later_block)
         except build_mod.IntegrityError as e:
             v.status, v.reasons = "rejected", [str(e)]
             return
-        child = self.zygote.spawn(job, timeout=first_timeout, max_message=max_message)
+        out_bytes = sum(w.out_bytes for w in self.workloads)
+        child = self.zygote.spawn(job, timeout=first_timeout, max_message=64 * max(out_bytes, 1) + (16 << 20))
         timings: dict[str, tuple[list[int], list[int], int]] = {}
-        finished = False
-        # the order the protocol allows: every correctness set, then timing, then "done"
-        due = [(w.name, i) for w in self.workloads for i in range(len(w.expected))]
-        # then the range sets, whose results flag the verdict but do not fail it
-        range_due = [] if later_block else [(w.name, label) for w in self.workloads for label in w.range_expected]
         range_failed: dict[str, str] = {}
-        timed = False
+        finished = False
         try:
-            for ev in child.messages():
-                name, kw = ev.name, ev.kwargs
-                if name == "loaded":
-                    if cand.format == "compat":
-                        v.compile_s = round(float(kw["load_s"]), 4)
-                    child.deadline = time.monotonic() + timeout
-                elif name == "outputs":
-                    if not due or (kw["workload"], kw["set"]) != due[0]:
-                        raise ProtocolError(f"outputs for {kw['workload']!r} set {kw['set']} out of turn")
-                    due.pop(0)
-                    w = by_name[kw["workload"]]
-                    mismatch = compare(w.expected[kw["set"]], kw["outputs"], c.atol, c.rtol)
-                    if mismatch is not None:
-                        v.status = "wrong"
-                        v.reasons = [f"input set {kw['set']}: {mismatch.line()}"]
-                        v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=kw["set"])
-                        child.send("stop")
-                        break
-                    child.send("ok")
-                elif name == "range":
-                    if due or not range_due or (kw["workload"], kw["label"]) != range_due[0]:
-                        raise ProtocolError(f"range outputs for {kw['workload']!r} {kw['label']!r} out of turn")
-                    range_due.pop(0)
-                    why = range_mismatch(by_name[kw["workload"]].range_expected[kw["label"]], kw["outputs"], kw["raised"], c.atol, c.rtol)
-                    if why:
-                        range_failed.setdefault(kw["label"], why)
-                elif range_due and name in ("serving", "counts", "done"):
-                    raise ProtocolError(f"'{name}' before every range set's outputs")
-                elif name == "serving" and not due and not timed and c.timer == "time":
-                    timed = True
-                    if not self._time(child, v, timings, cand.format == "native", 0.5 if later_block else 1.0):
-                        break
-                    child.send("finish")
-                elif name == "counts" and not due and c.timer == "instructions" and kw["workload"] in by_name:
-                    w = by_name[kw["workload"]]
-                    for set_idx, outs in kw["rechecks"]:
-                        mismatch = compare(w.expected[set_idx], outs, c.atol, c.rtol) if 0 <= set_idx < len(w.expected) else None
-                        if mismatch is not None:
-                            v.status = "wrong"
-                            v.reasons = [f"a counted call on input set {set_idx} gave a wrong result: {mismatch.line()}"]
-                            v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=set_idx, timed=True)
-                            break
-                    if v.status == "wrong":
-                        break
-                    timings[w.name] = (list(kw["reference"]), list(kw["candidate"]), 1)
-                elif name == "error":
-                    v.status = str(kw["status"])
-                    v.reasons = [str(kw["message"])]
-                    if kw["detail"]:
-                        v.diagnostics["traceback"] = str(kw["detail"])
-                    break
-                elif name == "done" and not due and len(timings) == len(self.workloads):
-                    finished = True
-                    break
-                else:
-                    raise ProtocolError(f"'{name}' out of turn")
+            finished = self._converse(child, cand, v, timings, range_failed, timeout, later_block)
         except ProtocolError as e:
             child.kill()
             v.status = "rejected"
@@ -760,6 +697,83 @@ class Oracle:
                 shutil.rmtree(target, ignore_errors=True)
                 _copy_regular_files(self._compat_stage / cand.hash[:16], target)
         v.eval_s = round(time.monotonic() - start, 4)
+        self._settle(child, v)
+        if finished and not v.reasons:
+            if not later_block:
+                self._flag_range(v, range_failed)
+            self._score(v, timings)
+
+    def _converse(self, child: Job, cand: CandidateSpec, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]],
+                  range_failed: dict[str, str], timeout: float, later_block: bool) -> bool:
+        """The worker's events, in the only order the protocol allows: every correctness set,
+        the range sets (whose results flag the verdict but do not fail it), the timing, "done".
+        True when the run finished; anything out of turn is a :class:`ProtocolError`."""
+        c = self.config
+        by_name = {w.name: w for w in self.workloads}
+        due = [(w.name, i) for w in self.workloads for i in range(len(w.expected))]
+        range_due = [] if later_block else [(w.name, label) for w in self.workloads for label in w.range_expected]
+        timed = False
+        for ev in child.messages():
+            name, kw = ev.name, ev.kwargs
+            if name == "loaded":
+                if cand.format == "compat":
+                    v.compile_s = round(float(kw["load_s"]), 4)
+                child.deadline = time.monotonic() + timeout
+            elif name == "outputs":
+                if not due or (kw["workload"], kw["set"]) != due[0]:
+                    raise ProtocolError(f"outputs for {kw['workload']!r} set {kw['set']} out of turn")
+                due.pop(0)
+                if self._wrong(v, by_name[kw["workload"]], kw["set"], kw["outputs"], f"input set {kw['set']}: "):
+                    child.send("stop")
+                    return False
+                child.send("ok")
+            elif name == "range":
+                if due or not range_due or (kw["workload"], kw["label"]) != range_due[0]:
+                    raise ProtocolError(f"range outputs for {kw['workload']!r} {kw['label']!r} out of turn")
+                range_due.pop(0)
+                why = range_mismatch(by_name[kw["workload"]].range_expected[kw["label"]], kw["outputs"], kw["raised"], c.atol, c.rtol)
+                if why:
+                    range_failed.setdefault(kw["label"], why)
+            elif range_due and name in ("serving", "counts", "done"):
+                raise ProtocolError(f"'{name}' before every range set's outputs")
+            elif name == "serving" and not due and not timed and c.timer == "time":
+                timed = True
+                if not self._time(child, v, timings, cand.format == "native", 0.5 if later_block else 1.0):
+                    return False
+                child.send("finish")
+            elif name == "counts" and not due and c.timer == "instructions" and kw["workload"] in by_name:
+                w = by_name[kw["workload"]]
+                for set_idx, outs in kw["rechecks"]:
+                    if not 0 <= set_idx < len(w.expected):
+                        continue
+                    if self._wrong(v, w, set_idx, outs, f"a counted call on input set {set_idx} gave a wrong result: ", timed=True):
+                        return False
+                timings[w.name] = (list(kw["reference"]), list(kw["candidate"]), 1)
+            elif name == "error":
+                v.status = str(kw["status"])
+                v.reasons = [str(kw["message"])]
+                if kw["detail"]:
+                    v.diagnostics["traceback"] = str(kw["detail"])
+                return False
+            elif name == "done" and not due and len(timings) == len(self.workloads):
+                return True
+            else:
+                raise ProtocolError(f"'{name}' out of turn")
+        return False
+
+    def _wrong(self, v: Verdict, w: Workload, set_idx: int, outputs: Any, prefix: str, **where: Any) -> bool:
+        """Whether ``outputs`` differ from the reference's on input set ``set_idx`` (then ``v`` says how)."""
+        mismatch = compare(w.expected[set_idx], outputs, self.config.atol, self.config.rtol)
+        if mismatch is None:
+            return False
+        v.status = "wrong"
+        v.reasons = [prefix + mismatch.line()]
+        v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=set_idx, **where)
+        return True
+
+    def _settle(self, child: Job, v: Verdict) -> None:
+        """What the finished process tells beyond its messages: how it died, what it printed, and
+        what it left running; too much output or a leftover process rejects even a pass."""
         if v.status == "crash":
             code = child.exit_code
             if code is None:
@@ -779,12 +793,8 @@ class Oracle:
         if child.leftovers and v.status not in ("crash", "timeout"):
             v.status = "rejected"
             v.reasons = [f"left {child.leftovers} process(es) running after it returned"]
-        if v.status in ("runtime_error", "crash") and c.max_memory and _memory_related(v.reasons):
-            v.reasons.append(f"the memory limit was {c.max_memory / GiB:.3g} GiB (--max-memory)")
-        if finished and not v.reasons:
-            if not later_block:
-                self._flag_range(v, range_failed)
-            self._score(v, timings)
+        if v.status in ("runtime_error", "crash") and self.config.max_memory and _memory_related(v.reasons):
+            v.reasons.append(f"the memory limit was {self.config.max_memory / GiB:.3g} GiB (--max-memory)")
 
     def _flag_range(self, v: Verdict, failed: dict[str, str]) -> None:
         """``range_limited`` from the range sets the candidate got wrong (the text says what passed)."""
