@@ -28,6 +28,7 @@ from .model.report import (
     TargetResult,
     TargetStatus,
 )
+from .model.search import NodeRow
 from .options import Settings, accepts_range_limited
 from .targets.capture import Recorder, TargetCapture
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
@@ -372,10 +373,10 @@ class MaxcodeSession:
                 r = reward(v)
             except KeyError:
                 r = 0.0
-            store.add_node(run_id=run_id, target_id=target, parent_id=None, strategy=self.strategy_name, policy=self.policy_name,
-                           step=steps[target], depth=0, origin=row["origin"] or "unknown", candidate_hash=row["candidate_hash"],
-                           status=row["status"], reward=r, speedup=row["speedup"], candidate_s=row["candidate_s"],
-                           reasons=(row["reasons"] or [])[:3], llm_call_id=None)
+            store.add_node(NodeRow(run_id=run_id, target_id=target, parent_id=None, strategy=self.strategy_name,
+                                   policy=self.policy_name, step=steps[target], depth=0, origin=row["origin"] or "unknown",
+                                   candidate_hash=row["candidate_hash"], status=row["status"], reward=r, speedup=row["speedup"],
+                                   candidate_s=row["candidate_s"], reasons=(row["reasons"] or [])[:3]))
 
     def _search_context(self, store: Store, run_id: int, run_meter: Any) -> Any:
         from .search.loop import SearchContext

@@ -14,16 +14,28 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from pytest_maxcode import verify
 from pytest_maxcode.bot import pr_body
+from pytest_maxcode.model.search import NodeRow
 from pytest_maxcode.oracle import stats
-from pytest_maxcode.oracle.check import CandidateSpec, confirmed, decide, second_measurement
+from pytest_maxcode.oracle.check import (
+    CandidateSpec,
+    confirmed,
+    decide,
+    second_measurement,
+)
 from pytest_maxcode.oracle.verdict import Verdict
 from pytest_maxcode.report import render_html, render_markdown
-from pytest_maxcode.report.tree import best_node, best_so_far_curve, curves_by_strategy, node_line, render_tree
+from pytest_maxcode.report.tree import (
+    best_node,
+    best_so_far_curve,
+    curves_by_strategy,
+    node_line,
+    render_tree,
+)
 from pytest_maxcode.search.state import Proposal, SearchState
 from pytest_maxcode.store import Store
 from pytest_maxcode.store.sqlite import default_path
-from pytest_maxcode import verify
 
 NOISY = dict(point=8.92, low=0.54, high=11.4)  # no speedup: the interval spans a factor of 21
 SCREENED = dict(point=7.9, low=6.8, high=9.1)  # the first measurement of the faster candidate
@@ -62,9 +74,9 @@ def stored(tmp_path: Path) -> list[dict[str, Any]]:
         run = store.begin_run("pytest --maxcode", "0")
         for v in (noisy, fast):
             store.add_candidate(v.hash, "native", "cpp", f"// {v.candidate}\n", origin=v.candidate)
-            store.add_node(run_id=run, target_id="lib.f", parent_id=None, strategy="sweep", policy="builtin", step=0,
+            store.add_node(NodeRow(run_id=run, target_id="lib.f", parent_id=None, strategy="sweep", policy="builtin", step=0,
                            depth=0, origin=v.candidate, candidate_hash=v.hash, status=v.status, reward=v.speedup or 0.0,
-                           speedup=v.speedup, candidate_s=v.candidate_s, reasons=v.reasons, llm_call_id=None)
+                           speedup=v.speedup, candidate_s=v.candidate_s, reasons=v.reasons, llm_call_id=None))
         return store.nodes("lib.f")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maxcode.model.search import NodeRow
 from pytest_maxcode.store import Store, default_path
 
 LIB = '''
@@ -365,9 +366,9 @@ def test_show_target_list_fits_80_columns(tmp_path: Path) -> None:
     with Store(db) as store:
         run = store.begin_run("pytest --maxcode", "0")
         for status, speedup in (("faster", 2.5), ("not_faster", 8.9)):
-            store.add_node(run_id=run, target_id="a_rather_long_package.submodule.fused_bias_relu_kernel", parent_id=None,
+            store.add_node(NodeRow(run_id=run, target_id="a_rather_long_package.submodule.fused_bias_relu_kernel", parent_id=None,
                            strategy="sweep", policy="builtin", step=0, depth=0, origin="seed", candidate_hash=None, status=status,
-                           reward=speedup, speedup=speedup, candidate_s=1e-3, reasons=[], llm_call_id=None)
+                           reward=speedup, speedup=speedup, candidate_s=1e-3, reasons=[], llm_call_id=None))
         store.finish_run(run)
     r = _cli(["show"], tmp_path)
     assert r.returncode == 0, r.stderr

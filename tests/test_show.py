@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_maxcode as _run_maxcode
 from rich.console import Console
 
-from conftest import run_maxcode as _run_maxcode
-from pytest_maxcode.report.tree import best_node, best_so_far_curve, build_tree, curves_by_strategy, render_tree
+from pytest_maxcode.model.search import NodeRow
+from pytest_maxcode.report.tree import (
+    best_node,
+    best_so_far_curve,
+    build_tree,
+    curves_by_strategy,
+    render_tree,
+)
 from pytest_maxcode.store import Store, default_path
 
 SYSTEM = "You write fast CUDA kernels. Reply with one ```cuda block."
@@ -51,7 +58,7 @@ def _node(store: Store, **kw: Any) -> int:
         "reasons": [], "llm_call_id": None,
     }
     base.update(kw)
-    return store.add_node(**base)
+    return store.add_node(NodeRow(**base))
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maxcode.model.search import NodeRow
 from pytest_maxcode.store import Store
 from pytest_maxcode.value import reward_to_go
 from pytest_maxcode.value.features import FEATURE_NAMES, code_features
@@ -68,9 +69,9 @@ def synthetic_store(path: Path, n_trees: int = 40, seed: int = 1) -> None:
                 code = KERNEL.format(body=body)
                 h = hashlib.sha256(code.encode()).hexdigest()
                 store.add_candidate(h, "native", "cpp", code, "synthetic")
-                node_id = store.add_node(run_id=run, target_id="lib.k", parent_id=parent[0] if parent else None, strategy="beam",
+                node_id = store.add_node(NodeRow(run_id=run, target_id="lib.k", parent_id=parent[0] if parent else None, strategy="beam",
                                          policy="synthetic", step=step, depth=step, origin="synthetic", candidate_hash=h,
-                                         status="faster", reward=reward, speedup=reward, candidate_s=1e-3 / reward, reasons=[], llm_call_id=None)
+                                         status="faster", reward=reward, speedup=reward, candidate_s=1e-3 / reward, reasons=[], llm_call_id=None))
                 return node_id, used
 
             roots = [add(None, 0) for _ in range(3)]

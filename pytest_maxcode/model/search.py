@@ -65,6 +65,32 @@ class Node:
         return self.proposal.spec.text if self.proposal.spec is not None else None
 
 
+@dataclass
+class NodeRow:
+    """One sample's row in the store's search tree: where it sits, what was judged, and the
+    critique it got; the store's ``add_node`` takes it whole."""
+
+    run_id: int | None
+    target_id: str
+    parent_id: int | None
+    strategy: str
+    policy: str
+    step: int
+    depth: int
+    origin: str
+    candidate_hash: str | None
+    status: str
+    reward: float
+    speedup: float | None
+    candidate_s: float | None
+    reasons: list[str]
+    llm_call_id: int | None = None
+    critique: str | None = None
+    critic: str | None = None
+    critique_flags: list[str] = field(default_factory=list)
+    critique_call_id: int | None = None
+
+
 def normalized_source(text: str) -> str:
     """A candidate's text as its identity sees it: line endings unified, trailing whitespace
     and leading or trailing blank lines dropped (none of them changes what is built)."""

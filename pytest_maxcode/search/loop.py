@@ -23,7 +23,7 @@ from typing import Any
 
 from ..critique import Critique, LLMCritic, RuleCritic
 from ..errors import MaxcodeError
-from ..model.search import Node, source_key
+from ..model.search import Node, NodeRow, source_key
 from ..options import Settings
 from ..oracle.check import CandidateSpec, CheckConfig, Oracle
 from ..oracle.reference import ReferenceSpec
@@ -507,14 +507,14 @@ def _record(store: Any, node: Node, p: Proposal, c: Critique | None, strategy: S
     v, spec, parent = node.verdict, node.proposal.spec, p.parent
     if spec is not None and node.proposal is p:
         store.add_candidate(spec.hash, spec.format, spec.lang, spec.text, origin=p.origin)
-    row = store.add_node(
+    row = store.add_node(NodeRow(
         run_id=run_id, target_id=target.id, parent_id=parent.id if parent else None,
         strategy=strategy.name, policy=policy.name, step=step, depth=parent.depth + 1 if parent else 0, origin=p.origin,
         candidate_hash=spec.hash if spec else None, status=v.status, reward=node.reward,
         speedup=v.speedup, candidate_s=v.candidate_s, reasons=(v.reasons or [])[:3], llm_call_id=p.llm_call_id,
-        critique=node.critique, critic=c.critic if c else None, critique_flags=node.critique_flags,
+        critique=node.critique, critic=c.critic if c else None, critique_flags=list(node.critique_flags),
         critique_call_id=c.llm_call_id if c and node.proposal is p else None,
-    )
+    ))
     if node.proposal is p:
         node.id = row
 

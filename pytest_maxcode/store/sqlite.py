@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import MaxcodeError
+from ..model.search import NodeRow
 
 #: the columns of an evaluation that its digest covers (all but its id)
 EVALUATION_COLUMNS = (
@@ -458,19 +459,16 @@ class Store:
 
     # -- search trees -------------------------------------------------------------------
 
-    def add_node(self, *, run_id: int | None, target_id: str, parent_id: int | None, strategy: str, policy: str,
-                 step: int, depth: int, origin: str, candidate_hash: str | None, status: str, reward: float,
-                 speedup: float | None, candidate_s: float | None, reasons: list[str], llm_call_id: int | None,
-                 critique: str | None = None, critic: str | None = None, critique_flags: list[str] | None = None,
-                 critique_call_id: int | None = None) -> int:
+    def add_node(self, row: NodeRow) -> int:
+        r = row
         with self._tx():
             cur = self.db.execute(
                 "INSERT INTO nodes(run_id, target_id, parent_id, strategy, policy, step, depth, origin, candidate_hash, status, "
                 "reward, speedup, candidate_s, reasons, llm_call_id, critique, critic, critique_flags, critique_call_id, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, target_id, parent_id, strategy, policy, step, depth, origin, candidate_hash, status, reward,
-                 speedup, candidate_s, json.dumps(reasons), llm_call_id, critique, critic, json.dumps(critique_flags or []),
-                 critique_call_id, _now()),
+                (r.run_id, r.target_id, r.parent_id, r.strategy, r.policy, r.step, r.depth, r.origin, r.candidate_hash, r.status,
+                 r.reward, r.speedup, r.candidate_s, json.dumps(r.reasons), r.llm_call_id, r.critique, r.critic,
+                 json.dumps(r.critique_flags), r.critique_call_id, _now()),
             )
         return int(cur.lastrowid)
 
