@@ -306,8 +306,9 @@ def _add_bot_limits(pr: argparse.ArgumentParser) -> None:
                     help=f"after a PR was closed unmerged, propose the target again only when a kernel's interval starts at this "
                          f"factor over the rejected speedup, or its reference changed (default {REJECT_MARGIN:g})")
     pr.add_argument("--replace-margin", type=options.positive_float, default=REPLACE_MARGIN, metavar="F",
-                    help=f"replace the base branch's accepted kernel only when the new interval starts at this factor over "
-                         f"its speedup (default {REPLACE_MARGIN:g})")
+                    help=f"replace the base branch's accepted kernel only when the new interval starts above the accepted "
+                         f"kernel's interval and at this factor over its speedup, both as measured in the same run (else as "
+                         f"its lock entry quotes them) (default {REPLACE_MARGIN:g})")
 
 
 def _add_remeasure(sub: Subcommands) -> None:

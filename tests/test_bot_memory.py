@@ -4,6 +4,7 @@ through PyGithub, and reports written by hand (the bot only reads them)."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,7 @@ def test_the_merged_kernel_is_the_baseline(repo: Repo, fake_github: Any) -> None
     same = run(repo, repo.report(tune(0), 3.1, (2.8, 3.4)))
     assert same.action == "skipped" and "already accepted on main" in same.detail
     slower = run(repo, repo.report(tune(3), 2.27, (2.0, 2.5)))
-    assert slower.action == "skipped" and "not clearly faster than the kernel accepted on the base branch (3x)" in slower.detail
+    assert slower.action == "skipped" and "not clearly faster than the kernel accepted on the base branch (3x, as its lock entry quotes it" in slower.detail
     barely = run(repo, repo.report(tune(3), 3.4, (3.2, 3.6)))
     assert barely.action == "skipped", barely.line()  # 3.2 < 1.1 x 3
     assert list(fake_github.pulls) == [one]
@@ -108,6 +109,42 @@ def test_the_merged_kernel_is_the_baseline(repo: Repo, fake_github: Any) -> None
     message = git.Repo(repo.origin).commit(BRANCH).message
     assert "4.7x" in pr["title"] and "**4.7x** [4.2, 5.2]" in pr["body"] and message.startswith(pr["title"] + "\n")
     assert "4.7x (95% CI [4.2, 5.2])" in message and "4.5x" not in message
+
+
+def _beside(report: dict[str, Any], speedup: float, ci: tuple[float, float], source: str = tune(0)) -> dict[str, Any]:
+    """The report as a search that started from the merged kernel writes it: that kernel's own
+    node, measured again in the same run as the new one."""
+    h = hashlib.sha256(f"native\0cpp\0{source}".encode()).hexdigest()
+    report["targets"][0]["trajectory"] = [{"index": 1, "hash": h, "origin": f"accepted:maxcode_kernels/{TARGET}.cpp",
+                                           "status": "faster", "speedup": speedup, "speedup_ci": list(ci)}]
+    return report
+
+
+def test_the_merged_kernel_is_timed_head_to_head_where_the_search_measured_it(repo: Repo, fake_github: Any) -> None:
+    """The lock quotes 3x from another day; this run measured the merged kernel at 4.2x beside
+    the new one. The bar is the same-run figure, not the old quote."""
+    opened = run(repo, repo.report(tune(0), 3.0, (2.7, 3.3)))
+    assert opened.action == "opened", opened.line()
+    (one,) = fake_github.pulls
+    repo.merge()
+    fake_github.close_pull(one, merged=True)
+    git.Repo(repo.top).git.checkout("main")
+    # clears 1.1 x the quoted 3x, but not the merged kernel measured beside it: held
+    held = run(repo, _beside(repo.report(tune(3), 4.5, (4.3, 4.7)), 4.2, (4.0, 4.4)))
+    assert held.action == "skipped" and "measured beside it in this run (4.2x [4, 4.4])" in held.detail, held.line()
+    assert "not above 4.62x" in held.detail
+    # the node of another kernel (a stale lock in the checkout) is no head-to-head figure: the quote decides
+    other = run(repo, _beside(repo.report(tune(3), 4.5, (4.3, 4.7)), 4.2, (4.0, 4.4), source=tune(2)))
+    assert other.action == "opened" and "replaces the accepted 3x" in other.detail, other.line()
+    assert "not in this run" in fake_github.pulls[max(fake_github.pulls)]["body"]
+    faster = run(repo, _beside(repo.report(tune(3), 6.0, (5.5, 6.5)), 4.2, (4.0, 4.4)))
+    assert faster.action == "updated" and "replaces the accepted 4.2x" in faster.detail, faster.line()
+    pr = fake_github.pulls[max(fake_github.pulls)]
+    assert pr["title"] == f"⚡ Replace the accepted kernel of {TARGET}: 4.2x -> 6x (C++, CPU)"
+    for needle in ("one beside the other", "| 4.2x [4, 4.4] | **6x** [5.5, 6.5] |", "its lock entry quotes 3x"):
+        assert needle in pr["body"], needle
+    assert "Replaces the accepted kernel" in git.Repo(repo.origin).commit(BRANCH).message
+    assert "(4.2x in the same run): 1.43x faster than it." in git.Repo(repo.origin).commit(BRANCH).message
 
 
 def test_older_markers_hold_back_only_their_own_kernel() -> None:

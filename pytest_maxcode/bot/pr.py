@@ -13,8 +13,10 @@ Across runs it remembers two things, both read from the repository itself:
   until its reference changes or a kernel is clearly faster than the rejected one; the label
   ``maxcode:never`` holds it back for good;
 - what was merged: the base branch's ``maxcode.lock``. A kernel accepted there is the
-  baseline: a new one is proposed only when its interval's low end beats the accepted speedup
-  by ``replace_margin`` (default 1.10), and the PR says that it replaces it.
+  baseline: the search starts from it and measures it again beside the new candidates, and a
+  new one is proposed only when its interval's low end clears both that interval and
+  ``replace_margin`` (default 1.10) times that speedup (the lock's quote where the run did not
+  measure it); the PR says that it replaces it.
 """
 
 from __future__ import annotations
@@ -88,14 +90,25 @@ def _kernel(t: dict[str, Any], root: Path) -> tuple[str, str]:
     return source, hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def below_accepted(nums: pr_body.Numbers, accepted: pr_body.Accepted, margin: float) -> str | None:
+def below_accepted(nums: pr_body.Numbers, margin: float) -> str | None:
     """Why a kernel does not replace the accepted one (None: it does): its interval's low end must
-    reach ``margin`` times the accepted speedup, both measured against the original."""
-    bar = accepted.speedup * margin
+    reach ``margin`` times the accepted speedup, both measured against the original. Where the
+    search measured the accepted kernel beside the new one (it starts from it), that head-to-head
+    figure is the bar, and the intervals must not overlap; else the lock's quote, from another run."""
+    assert nums.accepted is not None
+    bar = nums.accepted * margin
+    if nums.accepted_here:
+        top = max(bar, nums.accepted_ci[1] if nums.accepted_ci else nums.accepted)
+        if nums.low > top:
+            return None
+        return (f"not clearly faster than the kernel accepted on the base branch, measured beside it in this run "
+                f"({nums.accepted:.3g}x{f' [{nums.accepted_ci[0]:.3g}, {nums.accepted_ci[1]:.3g}]' if nums.accepted_ci else ''}): this one's interval starts at {nums.low:.3g}x, "
+                f"not above {top:.3g}x (the accepted one's interval end, and {margin:g} times its speedup)")
     if nums.low >= bar:
         return None
-    return (f"not clearly faster than the kernel accepted on the base branch ({accepted.speedup:.3g}x): this one's interval "
-            f"starts at {nums.low:.3g}x, below {bar:.3g}x ({margin:g} times the accepted one)")
+    return (f"not clearly faster than the kernel accepted on the base branch ({nums.accepted:.3g}x, as its lock entry "
+            f"quotes it: this run did not measure it): this one's interval starts at {nums.low:.3g}x, below {bar:.3g}x "
+            f"({margin:g} times the accepted one)")
 
 
 class Bot:
@@ -184,7 +197,8 @@ class Bot:
             return None
         ci = entry.speedup_ci
         return pr_body.Accepted(entry.kernel, entry.kernel_hash, float(entry.speedup),
-                                (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 else None, entry.date, entry.tool_version, source)
+                                (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 else None, entry.date, entry.tool_version, source,
+                                entry.lang)
 
     def _reference_holds(self, entry: LockEntry) -> bool:
         """The base branch's reference still hashes as the lock says (else the kernel is not in use)."""
@@ -308,8 +322,9 @@ class Bot:
         accepted = self.accepted(t)
         if accepted and accepted.kernel_hash == hashlib.sha256(source.encode()).hexdigest():
             return Outcome(t["id"], "skipped", f"this kernel is already accepted on {self.base}")
+        accepted = accepted.measured_in(t) if accepted else None
         nums = pr_body.numbers(t, accepted)
-        if accepted and (held := below_accepted(nums, accepted, self.replace_margin)):
+        if accepted and (held := below_accepted(nums, self.replace_margin)):
             return Outcome(t["id"], "skipped", held)
         branch = branch_for(t["id"])
         kernel_path = written_paths(t)[0] if is_program(t) else f"{KERNELS_DIR}/{t['id']}{EXTENSIONS[t['best']['lang']]}"
