@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,19 @@ DATA = Path(__file__).parent / "data"
 # plugin's default policy call Anthropic (and spend money) in every subprocess run
 for _var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
     os.environ.pop(_var, None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _machine_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One compiled call path and one machine probe for the whole session, as on a user's
+    machine: ``pytester`` points ``HOME`` at each test's folder, and without these every
+    ``pytest --maxcode`` it starts would build the helper again (20 s on a 2-core runner)."""
+    root = tmp_path_factory.mktemp("machine-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        for var, sub in (("MAXCODE_CALLPATH_CACHE", "callpath"), ("MAXCODE_CACHE_DIR", "machine")):
+            if not os.environ.get(var):
+                mp.setenv(var, str(root / sub))
+        yield
 
 
 def cuda_available() -> bool:
