@@ -92,7 +92,8 @@ def run_tests_with_file(root: Path, path: Path, text: str, nodeids: list[str], t
 def candidate_env(target_id: str, kernel: Path, lang: str, device: str, outputs: dict[str, Any],
                   returns: str | None = None, pack: str | None = None) -> dict[str, str]:
     """What a re-run test process needs to force the candidate: an in-place kernel's ``returns``,
-    and how the outputs are handed back (``pack``), too."""
+    and how the outputs are handed back (``pack``), too. Seven parameters because each is one
+    field of the spec that process reads."""
     spec = {"kernel": str(kernel), "lang": lang, "device": device, "outputs": outputs}
     if returns:
         spec["returns"] = returns

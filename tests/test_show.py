@@ -21,6 +21,7 @@ from pytest_maxcode.report.tree import (
     render_tree,
 )
 from pytest_maxcode.store import Store, default_path
+from pytest_maxcode.store.sqlite import LLMCallRow
 
 SYSTEM = "You write fast CUDA kernels. Reply with one ```cuda block."
 REPLY = "Here is a fused kernel:\n```cuda\n__global__ void k() {}\n```"
@@ -39,11 +40,11 @@ def _call(store: Store, run_id: int, n: int, cost: float, source: str = "api", r
         "messages": [{"role": "user", "content": f"Improve attempt {n}: the reference is torch.relu(x) * 2"}],
         "max_tokens": 4096, "temperature": 1.0, "thinking_tokens": 0, "sample": n,
     }
-    return store.add_llm_call(
+    return store.add_llm_call(LLMCallRow(
         run_id=run_id, target_id="mylib.chain", request_key=f"key{n}", provider="anthropic", model="claude-test",
         request=request, response=reply, source=source, input_tokens=1000, output_tokens=200 + n,
         cost_usd=cost, latency_s=2.5,
-    )
+    ))
 
 
 def _cand(store: Store, h: str, text: str) -> str:

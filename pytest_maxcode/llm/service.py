@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
-from ..store.sqlite import Store
+from ..store.sqlite import LLMCallRow, Store
 from .base import LLMClient, LLMRequest, LLMResponse, is_scripted_model
 from .cassette import RecordingClient
 from .pricing import Prices
@@ -112,14 +112,14 @@ class LLMService:
             response.scripted = response.scripted or is_scripted_model(response.model)
             response.cost_usd = self._price(response)
         if store is not None:
-            response.call_id = store.add_llm_call(
+            response.call_id = store.add_llm_call(LLMCallRow(
                 run_id=run_id, target_id=target_id, request_key=key, provider=self.provider,
                 model=response.model or self.model, request=request.to_json(), response=response.text,
                 source=response.source, scripted=response.scripted, input_tokens=response.input_tokens,
                 output_tokens=response.output_tokens, cache_read_tokens=response.cache_read_tokens,
                 cache_write_tokens=response.cache_write_tokens, cost_usd=response.cost_usd,
                 latency_s=response.latency_s,
-            )
+            ))
         with self._lock:
             t = self._totals
             t["calls"] += 1

@@ -19,6 +19,7 @@ import os
 import socket
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -185,6 +186,28 @@ def default_path(root: Path) -> Path:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+@dataclass
+class LLMCallRow:
+    """One model call as the store keeps it: what was asked, what came back, from where, and
+    what it cost; ``Store.add_llm_call`` takes it whole."""
+
+    run_id: int | None
+    target_id: str | None
+    request_key: str
+    provider: str
+    model: str
+    request: dict[str, Any]
+    response: str
+    source: str  # "api", "cache", "replay"
+    scripted: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
 
 
 class StoreDamaged(MaxcodeError):
@@ -422,18 +445,17 @@ class Store:
 
     # -- LLM calls ------------------------------------------------------------------------
 
-    def add_llm_call(self, *, run_id: int | None, target_id: str | None, request_key: str, provider: str, model: str,
-                     request: dict[str, Any], response: str, source: str, scripted: bool = False,
-                     input_tokens: int = 0, output_tokens: int = 0, cache_read_tokens: int = 0,
-                     cache_write_tokens: int = 0, cost_usd: float = 0.0, latency_s: float = 0.0) -> int:
+    def add_llm_call(self, row: LLMCallRow) -> int:
         """One row per call, cache hits included (source 'cache', no cost): the accounting record."""
+        r = row
         with self._tx():
             cur = self.db.execute(
                 "INSERT INTO llm_calls(run_id, target_id, request_key, provider, model, request, response, source, scripted, "
                 "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, latency_s, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, target_id, request_key, provider, model, json.dumps(request, sort_keys=True), response, source,
-                 int(scripted), input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, latency_s, _now()),
+                (r.run_id, r.target_id, r.request_key, r.provider, r.model, json.dumps(r.request, sort_keys=True), r.response,
+                 r.source, int(r.scripted), r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens,
+                 r.cost_usd, r.latency_s, _now()),
             )
         return int(cur.lastrowid)
 
