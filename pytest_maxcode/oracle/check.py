@@ -323,17 +323,74 @@ class Oracle:
         }
 
     def prepare(self) -> None:
-        """Start the worker, generate the seeded input sets and the expected outputs.
-
-        Long because its stages share the workers' state and must run in this order (the two
-        sandboxed workers and their timer, the input sets written where candidates cannot
-        rewrite them, the reference's expected outputs); kept whole so the order the trust
-        boundary depends on reads top to bottom.
-        """
+        """Start the workers, generate the seeded input sets and the expected outputs, in the
+        order the trust boundary depends on: the two sandboxed workers and their timer
+        (:meth:`_start_workers`), the input sets written where candidates cannot rewrite them,
+        the reference's expected outputs (:meth:`_workload`)."""
         self.progress(f"loading reference {self.reference.path.name}:{self.reference.name}")
         scratch = self.scratch = Path(tempfile.mkdtemp(prefix="maxcode-oracle-"))
         job_dir = scratch / "job"
         job_dir.mkdir()
+        ref_dir = scratch / "reference"
+        ref_dir.mkdir()
+        self._start_workers(scratch, job_dir, ref_dir)
+        import torch
+
+        seeds = [self.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
+        specs = self.workload_specs or [{"name": "default"}]
+        # every workload: its captured sets (if any), then seeded random ones; written in the
+        # worker's job folder, then moved where candidates cannot rewrite them
+        ref_zygote = self.ref_zygote or self.zygote
+        assert ref_zygote is not None
+        written_dir = ref_dir if self.ref_zygote is not None else job_dir
+        written, expected_path = written_dir / "inputs.pt", written_dir / "expected.pt"
+        inputs_path = scratch / "inputs.pt"
+        job = dict(
+            self._limits(),
+            kind="reference",
+            workloads=[dict(w, seeds=seeds) for w in specs],
+            ranges=self.config.ranges,
+            range_seed=self.seed,
+            inputs_out=str(written),
+            expected_out=str(expected_path),
+        )
+        # the inputs file stays until close(), so a replaced zygote can load it again
+        self._inputs_path = inputs_path
+        try:
+            self._run_reference(ref_zygote, job)
+            os.replace(written, inputs_path)
+            pools = {w["name"]: w["sets"] for w in torch.load(inputs_path, weights_only=True)}
+            for w in torch.load(expected_path, weights_only=True):
+                self.workloads.append(self._workload(w, pools[w["name"]][0]))
+        finally:
+            expected_path.unlink(missing_ok=True)
+        for z in (self.zygote, self.ref_zygote):
+            if z is not None:
+                z.load_inputs(str(inputs_path))
+
+    def _workload(self, w: dict[str, Any], first_set: list[Any]) -> Workload:
+        """One workload from the reference job's record: its expected outputs, and what makes
+        its check weak (outputs that cannot tell a no-op, inputs the reference rejected)."""
+        returns = w.get("returns")
+        wl = Workload(w["name"], w["expected"], int(w["in_bytes"]), returns=returns and returns.split(":")[0],
+                      pack=w.get("pack") if w.get("pack") in PACKS else None, flops=int(w.get("flops") or 0))
+        wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
+        if returns and returns.endswith(":unchanged"):
+            wl.weak.append("the in-place reference left its arguments unchanged on the first input set")
+        rejected, generated = int(w.get("rejected") or 0), int(w.get("generated") or 0)
+        wl.in_meta = shm.tensor_meta(first_set)
+        wl.out_meta = [] if self.config.inplace else [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in wl.expected[0]]
+        wl.fresh = rejected == 0
+        wl.range_expected = dict(w.get("range_expected") or [])
+        if rejected and rejected == generated:
+            wl.weak.append("the reference rejected every generated input set: only the captured ones check candidates")
+        elif rejected:
+            self.progress(f"{w['name']}: the reference rejected {rejected} of {generated} generated input set(s); checking on the rest")
+        return wl
+
+    def _start_workers(self, scratch: Path, job_dir: Path, ref_dir: Path) -> None:
+        """The candidates' sandboxed worker and the reference's, with what each may read, the
+        timer's set-up, and their environment; started, and waited for."""
         ref = self.reference.to_worker()
         readable = [self.root, scratch, Path(sys.prefix), WORKER.parents[2], *map(Path, sys.path[1:])]
         readable += [Path(p).parent for p in (ref["path"], ref["instance"], ref["inputs_path"]) if p]
@@ -350,8 +407,6 @@ class Oracle:
             self._compat_stage = job_dir / "compat"
         self.zygote = Zygote(ref, cwd=self.root, isolation=self.isolation, job_dir=job_dir, readable=readable,
                              devices=devices, limits=self._worker_limits, mounts=mounts)
-        ref_dir = scratch / "reference"
-        ref_dir.mkdir()
         self.ref_zygote = Zygote(ref, cwd=self.root, isolation=self.isolation, job_dir=ref_dir, readable=readable,
                                  devices=devices, limits=replace(self._worker_limits, freezable=False))
         self._timer_job: dict[str, Any] = {"timer": self.config.timer}
@@ -394,51 +449,6 @@ class Oracle:
                     z.wait_ready(timeout=120.0 * self._slowdown)
         except WorkerSetupError as e:
             raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
-        seeds = [self.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
-        specs = self.workload_specs or [{"name": "default"}]
-        # every workload: its captured sets (if any), then seeded random ones; written in the
-        # worker's job folder, then moved where candidates cannot rewrite them
-        ref_zygote = self.ref_zygote or self.zygote
-        written_dir = ref_dir if self.ref_zygote is not None else job_dir
-        written, expected_path = written_dir / "inputs.pt", written_dir / "expected.pt"
-        inputs_path = scratch / "inputs.pt"
-        job = dict(
-            self._limits(),
-            kind="reference",
-            workloads=[dict(w, seeds=seeds) for w in specs],
-            ranges=self.config.ranges,
-            range_seed=self.seed,
-            inputs_out=str(written),
-            expected_out=str(expected_path),
-        )
-        # the inputs file stays until close(), so a replaced zygote can load it again
-        self._inputs_path = inputs_path
-        try:
-            self._run_reference(ref_zygote, job)
-            os.replace(written, inputs_path)
-            pools = {w["name"]: w["sets"] for w in torch.load(inputs_path, weights_only=True)}
-            for w in torch.load(expected_path, weights_only=True):
-                returns = w.get("returns")
-                wl = Workload(w["name"], w["expected"], int(w["in_bytes"]), returns=returns and returns.split(":")[0],
-                              pack=w.get("pack") if w.get("pack") in PACKS else None, flops=int(w.get("flops") or 0))
-                wl.weak = weak_reasons(wl.expected, self.config.atol, self.config.rtol)
-                if returns and returns.endswith(":unchanged"):
-                    wl.weak.append("the in-place reference left its arguments unchanged on the first input set")
-                rejected, generated = int(w.get("rejected") or 0), int(w.get("generated") or 0)
-                wl.in_meta = shm.tensor_meta(pools[wl.name][0])
-                wl.out_meta = [] if self.config.inplace else [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in wl.expected[0]]
-                wl.fresh = rejected == 0
-                wl.range_expected = dict(w.get("range_expected") or [])
-                if rejected and rejected == generated:
-                    wl.weak.append("the reference rejected every generated input set: only the captured ones check candidates")
-                elif rejected:
-                    self.progress(f"{w['name']}: the reference rejected {rejected} of {generated} generated input set(s); checking on the rest")
-                self.workloads.append(wl)
-        finally:
-            expected_path.unlink(missing_ok=True)
-        for z in (self.zygote, self.ref_zygote):
-            if z is not None:
-                z.load_inputs(str(inputs_path))
 
     def _run_reference(self, zygote: Zygote, job: dict[str, Any]) -> None:
         child = zygote.spawn(job, timeout=self.config.timeout * self._slowdown + self.config.build_timeout, max_message=1 << 20)
