@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maxcode.options import MIN_SPEEDUP
+from pytest_maxcode.search.loop import reusable
+
 LIB = '''
 import torch
 import pytest_maxcode as maxcode
@@ -89,6 +92,18 @@ def evaluations(db: Path, target: str) -> int:
         return 0
 
 
+def decided(db: Path, target: str) -> int:
+    """Stored evaluations a resumed run takes as they are: an undecided one (a busy machine
+    widened its interval) is timed again, by design (``search.loop.reusable``)."""
+    try:
+        with sqlite3.connect(db) as con:
+            rows = con.execute("SELECT status, ci_low, ci_high, diagnostics FROM evaluations WHERE target_id=?", (target,)).fetchall()
+    except sqlite3.OperationalError:
+        return 0
+    return sum(reusable({"status": st, "ci_low": lo, "ci_high": hi, "diagnostics": json.loads(d)}, MIN_SPEEDUP, False)
+               for st, lo, hi, d in rows)
+
+
 def _ctrl_c_reaches_it() -> None:
     """The run under test takes Ctrl-C as a terminal delivers it, even when this suite was
     started where SIGINT is ignored (``nohup``, or ``&`` without job control), which a child
@@ -111,7 +126,7 @@ def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.
     reader.start()
     db = pytester.path / ".maxcode" / "maxcode.db"
     deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and proc.poll() is None and evaluations(db, "mylib.slow") < 1:
+    while time.monotonic() < deadline and proc.poll() is None and decided(db, "mylib.slow") < 1:
         time.sleep(0.2)
     assert proc.poll() is None, "".join(lines)[-3000:]
     os.killpg(proc.pid, signal.SIGINT)
@@ -133,6 +148,7 @@ def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.
     assert len(runs) == 1 and runs[0][0] == "interrupted" and runs[0][1], runs
     stored = evaluations(db, "mylib.slow")
     assert 1 <= stored < 8, "the search finished before it was interrupted; nothing to resume"
+    stored_decided = decided(db, "mylib.slow")
 
     # maxcode show lists the interrupted run's finished nodes
     show = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "show", "mylib.slow", "--json"], cwd=pytester.path,
@@ -143,10 +159,13 @@ def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.
                           capture_output=True, text=True)
     assert tree.returncode == 0 and "(run 1 interrupted)" in tree.stdout, tree.stdout + tree.stderr
 
-    again = subprocess.run(cmd + ["--maxcode-json=again.json"], cwd=pytester.path, capture_output=True, text=True, timeout=900)
+    # the stored evaluations and one more: enough to see the resume, without the rest of the sweep
+    again = subprocess.run(cmd + ["--maxcode-json=again.json", f"--maxcode-budget={stored + 1}"], cwd=pytester.path,
+                           capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
     t = next(t for t in json.loads((pytester.path / "again.json").read_text())["targets"] if t["id"] == "mylib.slow")
-    assert sum(e["resumed"] for e in t["trajectory"]) >= 1  # stored evaluations reused, not repeated
+    # every stored evaluation that decided its candidate is reused, not repeated
+    assert sum(e["resumed"] for e in t["trajectory"]) == stored_decided >= 1
     with sqlite3.connect(db) as con:
         assert [r[0] for r in con.execute("SELECT status FROM runs ORDER BY id")] == ["interrupted", "finished"]
 
