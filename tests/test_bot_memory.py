@@ -73,13 +73,19 @@ def test_a_closed_pr_holds_the_target_until_the_reference_changes_or_a_clearly_f
     assert f"remove the label maxcode:never from #{three}" in memory.status_lines(repo.project)[0]
 
 
-def test_the_merged_kernel_is_the_baseline(repo: Repo, fake_github: Any) -> None:
+def _merged(repo: Repo, fake_github: Any) -> int:
+    """The bot's first PR (a 3x kernel), merged on main: the lock there accepts it."""
     opened = run(repo, repo.report(tune(0), 3.0, (2.7, 3.3)))
     assert opened.action == "opened", opened.line()
     (one,) = fake_github.pulls
     repo.merge()
     fake_github.close_pull(one, merged=True)
     git.Repo(repo.top).git.checkout("main")
+    return one
+
+
+def test_the_merged_kernel_is_the_baseline(repo: Repo, fake_github: Any) -> None:
+    one = _merged(repo, fake_github)
     # the next search starts from the merged kernel: the built-in proposer's first candidate
     target = TargetInfo(TARGET, "mylib", "fused_chain", repo.project / "mylib.py", "function", "cpp")
     first = BuiltinPolicy(target, repo.project, "cpu", torch_compile=False).proposals()[0]
@@ -123,12 +129,7 @@ def _beside(report: dict[str, Any], speedup: float, ci: tuple[float, float], sou
 def test_the_merged_kernel_is_timed_head_to_head_where_the_search_measured_it(repo: Repo, fake_github: Any) -> None:
     """The lock quotes 3x from another day; this run measured the merged kernel at 4.2x beside
     the new one. The bar is the same-run figure, not the old quote."""
-    opened = run(repo, repo.report(tune(0), 3.0, (2.7, 3.3)))
-    assert opened.action == "opened", opened.line()
-    (one,) = fake_github.pulls
-    repo.merge()
-    fake_github.close_pull(one, merged=True)
-    git.Repo(repo.top).git.checkout("main")
+    _merged(repo, fake_github)
     # clears 1.1 x the quoted 3x, but not the merged kernel measured beside it: held
     held = run(repo, _beside(repo.report(tune(3), 4.5, (4.3, 4.7)), 4.2, (4.0, 4.4)))
     assert held.action == "skipped" and "measured beside it in this run (4.2x [4, 4.4])" in held.detail, held.line()
