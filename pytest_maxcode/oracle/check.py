@@ -411,18 +411,7 @@ class Oracle:
                                  devices=devices, limits=replace(self._worker_limits, freezable=False))
         self._timer_job: dict[str, Any] = {"timer": self.config.timer}
         if self.config.timer == "instructions":
-            cg_dir = self._cg_dir = job_dir / "callgrind"
-            cg_dir.mkdir()
-            shim = build_mod.build_all(
-                [build_mod.Source(CALLGRIND_SHIM, "cpp")], self.cache_dir, cxxflags=["-O2"], timeout=self.config.build_timeout
-            )[0]
-            if not shim.ok:
-                raise MaxcodeError(f"--timer instructions: cannot build the callgrind shim: {' '.join(shim.errors)[:300]}")
-            self.zygote.wrapper = self._callgrind_wrapper(cg_dir)
-            # one thread: a waiting thread's spin loop would otherwise count as work
-            self.zygote.env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
-            self._timer_job.update(callgrind_shim=str(build_mod.verified_library(shim)), callgrind_dir=str(cg_dir))
-            self.progress("starting the worker under valgrind (uninstrumented until the first measured call; importing torch there takes 20 s or more)")
+            self._under_callgrind(self.zygote, job_dir)
         # one core stays free for the trusted timer: a server whose threads had to share it
         # would wait a time slice for the timer (or the timer for it) inside the measurement
         threads = str(self.threads)
@@ -449,6 +438,22 @@ class Oracle:
                     z.wait_ready(timeout=120.0 * self._slowdown)
         except WorkerSetupError as e:
             raise MaxcodeError(f"reference {self.reference.path.name}: cannot be loaded: {e}") from None
+
+    def _under_callgrind(self, zygote: Zygote, job_dir: Path) -> None:
+        """``--timer instructions``: the candidates' worker runs under valgrind, with the shim
+        that switches counting on around the measured calls only."""
+        cg_dir = self._cg_dir = job_dir / "callgrind"
+        cg_dir.mkdir()
+        shim = build_mod.build_all(
+            [build_mod.Source(CALLGRIND_SHIM, "cpp")], self.cache_dir, cxxflags=["-O2"], timeout=self.config.build_timeout
+        )[0]
+        if not shim.ok:
+            raise MaxcodeError(f"--timer instructions: cannot build the callgrind shim: {' '.join(shim.errors)[:300]}")
+        zygote.wrapper = self._callgrind_wrapper(cg_dir)
+        # one thread: a waiting thread's spin loop would otherwise count as work
+        zygote.env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+        self._timer_job.update(callgrind_shim=str(build_mod.verified_library(shim)), callgrind_dir=str(cg_dir))
+        self.progress("starting the worker under valgrind (uninstrumented until the first measured call; importing torch there takes 20 s or more)")
 
     def _run_reference(self, zygote: Zygote, job: dict[str, Any]) -> None:
         child = zygote.spawn(job, timeout=self.config.timeout * self._slowdown + self.config.build_timeout, max_message=1 << 20)
@@ -717,7 +722,9 @@ class Oracle:
                   range_failed: dict[str, str], timeout: float, later_block: bool) -> bool:
         """The worker's events, in the only order the protocol allows: every correctness set,
         the range sets (whose results flag the verdict but do not fail it), the timing, "done".
-        True when the run finished; anything out of turn is a :class:`ProtocolError`."""
+        True when the run finished; anything out of turn is a :class:`ProtocolError`. Seven
+        parameters because it fills the run's verdict, timings and range failures in place,
+        under the run's candidate, timeout and mode, which :meth:`_run` then settles."""
         c = self.config
         by_name = {w.name: w for w in self.workloads}
         due = [(w.name, i) for w in self.workloads for i in range(len(w.expected))]

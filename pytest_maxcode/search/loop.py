@@ -502,8 +502,8 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
 def _record(store: Any, node: Node, p: Proposal, c: Critique | None, strategy: Strategy, policy: Proposer,
             run_id: int | None, target: TargetInfo, step: int) -> None:
     """One sample's row: the node's own, or a repeat's (its own parent, step and LLM call, the
-    node's candidate and verdict). The node keeps the id of its first row. Nine parameters: the
-    row's fields come from the node, the sample and its critique, and the rest from the loop."""
+    node's candidate and verdict). The node keeps the id of its first row. Nine parameters because
+    the row's fields come from the node, the sample and its critique, and the rest from the loop."""
     v, spec, parent = node.verdict, node.proposal.spec, p.parent
     if spec is not None and node.proposal is p:
         store.add_candidate(spec.hash, spec.format, spec.lang, spec.text, origin=p.origin)
