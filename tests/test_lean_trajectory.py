@@ -174,7 +174,7 @@ class CountingOracle:
 def test_a_repeat_runs_again_only_when_its_verdict_was_too_noisy_to_decide() -> None:
     from contextlib import nullcontext
 
-    from pytest_maxcode.search.loop import _evaluate
+    from pytest_maxcode.search.loop import Judge, _evaluate
 
     state = SearchState("t")
     decided = state.add(Proposal(CandidateSpec(Path("/tmp/d.cpp"), "native", "cpp", "// decided\n"), "test"),
@@ -186,7 +186,7 @@ def test_a_repeat_runs_again_only_when_its_verdict_was_too_noisy_to_decide() -> 
     result = SearchResult(target, state, "")
     batch = [Proposal(CandidateSpec(Path(f"/tmp/{i}.cpp"), "native", "cpp", text), "test")
              for i, text in enumerate(["// decided  \n", "// noisy\n", "// noisy\n\n", "// new\n"])]
-    verdicts = _evaluate(batch, state, oracle, None, target, nullcontext(), progress.append, result)
+    verdicts = _evaluate(batch, state, Judge(target, oracle, None, None, nullcontext(), progress.append, result))
     assert oracle.ran == ["// noisy\n", "// new\n"]  # the decided repeat is not run; the noisy one once
     assert verdicts[0] is decided.verdict and verdicts[1] is verdicts[2] and verdicts[1].status == "faster"
     nodes = [state.add(p, v, 1) for p, v in zip(batch, verdicts)]

@@ -13,7 +13,7 @@ import pytest
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
 from pytest_maxcode.oracle.verdict import UNDECIDED_WIDTH, Verdict, undecided
-from pytest_maxcode.search.loop import SearchResult, _evaluate, reusable
+from pytest_maxcode.search.loop import Judge, SearchResult, _evaluate, reusable
 from pytest_maxcode.search.policy import TargetInfo
 from pytest_maxcode.search.state import Proposal, SearchState
 from pytest_maxcode.store import Store
@@ -65,7 +65,8 @@ def _evaluate_once(oracle: Oracle, store: Store, project: Path, remeasure: bool)
     spec = CandidateSpec.from_path("good.cpp")
     target = TargetInfo(oracle.reference.target_id, "ref", "Model", project / "ref.py", "module")
     result = SearchResult(target, SearchState(target.id), "")
-    (v,) = _evaluate([Proposal(spec, "seed")], result.state, oracle, store, target, contextlib.nullcontext(), print, result, remeasure)
+    judge = Judge(target, oracle, store, None, contextlib.nullcontext(), print, result, remeasure)
+    (v,) = _evaluate([Proposal(spec, "seed")], result.state, judge)
     return v, result
 
 

@@ -325,8 +325,8 @@ def _search(setup: Setup, root: Path, settings: Settings, start: float, ctx: Sea
             strategy.initialize(state, policy, StrategyParams(k=settings.k, depth=settings.depth, width=settings.width))
             critic = _make_critic(ctx.critic_llm, target, _candidate_lang(target, device, settings), settings, budget, run_id)
             result.critic = critic.label
-            result.stop_reason = _run(strategy, policy, state, oracle, budget, store, run_id, target, hook, lock, progress, result,
-                                      llm is not None and builtin is None, critic, settings.remeasure)
+            judge = Judge(target, oracle, store, run_id, lock, progress, result, settings.remeasure)
+            result.stop_reason = _run(strategy, policy, state, budget, judge, hook, llm is not None and builtin is None, critic)
         finally:
             oracle.close()
     except MaxcodeError as e:
@@ -458,9 +458,27 @@ def _format_verdict(p: Proposal) -> Verdict:
     return Verdict(candidate="", status="format", reasons=[p.error or "no usable code"])
 
 
-def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracle, budget: Budget, store: Any, run_id: int | None,
-         target: TargetInfo, hook: Any, lock: Any, progress: Callable[[str], None], result: SearchResult, uses_llm: bool,
-         critic: Any, remeasure: bool = False) -> str:
+@dataclass
+class Judge:
+    """Where one target's proposals are judged and recorded: its oracle (behind the lock that
+    targets searched side by side share), the store and run, and the result they add to."""
+
+    target: TargetInfo
+    oracle: Any
+    store: Any
+    run_id: int | None
+    lock: Any
+    progress: Callable[[str], None]
+    result: SearchResult
+    remeasure: bool = False
+
+
+def _run(strategy: Strategy, policy: Proposer, state: SearchState, budget: Budget, judge: Judge, hook: Any, uses_llm: bool,
+         critic: Any) -> str:
+    """The search loop: propose, judge, critique, record, until the budget, the policy or the
+    strategy stops it. Eight parameters because the strategy, policy, critic and hook are the
+    parts a user chooses, and the state, budget and judge what they share."""
+    target, store = judge.target, judge.store
     step = 0
     critiques: dict[int, Critique] = {}  # by node index: a repeat's row names who critiqued its node
     while True:
@@ -474,7 +492,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
         batch = strategy.propose(room)[:room]
         if not batch:
             return budget.exhausted() or _unavailable(policy) or strategy.should_stop() or "the policy has no more candidates"
-        verdicts = _evaluate(batch, state, oracle, store, target, lock, progress, result, remeasure)
+        verdicts = _evaluate(batch, state, judge)
         nodes = [state.add(p, v, step) for p, v in zip(batch, verdicts)]
         # a repeat of a held source brings its node's verdict, or a new one where that was too
         # noisy to decide and was timed again
@@ -489,7 +507,7 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
             critiques[node.index] = c
         if store is not None:  # the store keeps every sample: one row each, repeats included
             for node, p in zip(nodes, batch):
-                _record(store, node, p, critiques.get(node.index), strategy, policy, run_id, target, step)
+                _record(judge, node, p, critiques.get(node.index), strategy, policy, step)
         if hook is not None:
             for node in fresh:
                 hook.pytest_maxcode_evaluation(target=target, node=node)
@@ -499,11 +517,11 @@ def _run(strategy: Strategy, policy: Proposer, state: SearchState, oracle: Oracl
         step += 1
 
 
-def _record(store: Any, node: Node, p: Proposal, c: Critique | None, strategy: Strategy, policy: Proposer,
-            run_id: int | None, target: TargetInfo, step: int) -> None:
+def _record(judge: Judge, node: Node, p: Proposal, c: Critique | None, strategy: Strategy, policy: Proposer, step: int) -> None:
     """One sample's row: the node's own, or a repeat's (its own parent, step and LLM call, the
-    node's candidate and verdict). The node keeps the id of its first row. Nine parameters because
+    node's candidate and verdict). The node keeps the id of its first row. Seven parameters because
     the row's fields come from the node, the sample and its critique, and the rest from the loop."""
+    store, run_id, target = judge.store, judge.run_id, judge.target
     v, spec, parent = node.verdict, node.proposal.spec, p.parent
     if spec is not None and node.proposal is p:
         store.add_candidate(spec.hash, spec.format, spec.lang, spec.text, origin=p.origin)
@@ -530,12 +548,12 @@ def _decided(v: Verdict, min_speedup: float) -> bool:
     return not v.diagnostics.get("undecided") and not undecided(v.status, v.speedup_ci, min_speedup)
 
 
-def _evaluate(batch: list[Proposal], state: SearchState, oracle: Oracle, store: Any, target: TargetInfo, lock: Any,
-              progress: Callable[[str], None], result: SearchResult, remeasure: bool = False) -> list[Verdict]:
+def _evaluate(batch: list[Proposal], state: SearchState, judge: Judge) -> list[Verdict]:
     """Each proposal's verdict, with one oracle run per source (``source_key``: identical up to
     trailing whitespace): a source the search already holds takes its node's verdict (timed
     again only when that was too noisy to decide), and one that comes twice in the batch (k
     samples that agree) is checked once."""
+    oracle, store, target, result, remeasure = judge.oracle, judge.store, judge.target, judge.result, judge.remeasure
     known: dict[str, Verdict] = {}  # by source: the held nodes' and the store's verdicts
     todo: dict[str, CandidateSpec] = {}  # by source: what the oracle runs
     retimed = repeats = stored = 0
@@ -564,7 +582,7 @@ def _evaluate(batch: list[Proposal], state: SearchState, oracle: Oracle, store: 
             retimed += row is not None
             todo[key] = p.spec
     formats = sum(p.spec is None for p in batch)
-    progress(
+    judge.progress(
         f"{target.id}: evaluating {len(todo)} candidate(s)"
         + (f", {stored} from the store" if stored else "")
         + (f", {retimed} earlier one(s) timed again ({'--maxcode-remeasure' if remeasure else 'too noisy to decide'})" if retimed else "")
@@ -572,7 +590,7 @@ def _evaluate(batch: list[Proposal], state: SearchState, oracle: Oracle, store: 
         + (f", {formats} repl{'y' if formats == 1 else 'ies'} without code" if formats else "")
     )
     if todo:
-        with lock:
+        with judge.lock:
             t0 = time.monotonic()
             known.update(zip(todo, oracle.check(list(todo.values()))))
             result.timings["oracle_s"] += time.monotonic() - t0
