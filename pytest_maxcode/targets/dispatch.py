@@ -225,19 +225,20 @@ class NativeDispatcher:
         _TRACED.append(self)
         import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
-        #: how the reference packs its outputs (``model.report.PACKS``); an older lock does not say
-        self.lock_pack: str | None = entry.extra.get("pack")
+        # how the reference packs its outputs (``model.report.PACKS``); an older lock does not say
+        lock_pack = entry.extra.get("pack")
         # output shapes recorded at verification; other signatures learn theirs on first call.
         # Outputs only the reference can hand back ("other": a scalar, a named tuple) are never
         # learned, so such calls stay with the reference.
-        self.out_meta: dict[str, list[tuple[Any, Any]]] = {} if self.lock_pack == "other" else {
+        self.out_meta: dict[str, list[tuple[Any, Any]]] = {} if lock_pack == "other" else {
             key: [(tuple(shape), getattr(torch, dtype)) for shape, dtype in outs]
             for key, outs in entry.extra.get("outputs", {}).items()
         }
-        #: how the reference packs its outputs, per input signature learned from it: ``tuple``,
-        #: ``list`` or None (one bare tensor); else the lock's pack, and where an older lock does
-        #: not say, one output is taken as bare and more as a tuple
-        self.packs: dict[str, type | None] = {}
+        #: how the reference packs its outputs, per input signature: ``tuple``, ``list`` or None
+        #: (one bare tensor), from the lock for the signatures it records, else learned from the
+        #: reference; where an older lock does not say, one output is taken as bare, more as a tuple
+        self.packs: dict[str, type | None] = (
+            dict.fromkeys(self.out_meta, _PACK_TYPES[lock_pack]) if lock_pack in _PACK_TYPES else {})
         sigs = entry.extra.get("signatures")
         self.signatures = {tuple(_hashable(list(a)) for a in s) for s in sigs} if sigs else None
         #: the compiled call path once loaded (None: every call takes the checked path below)
@@ -388,7 +389,7 @@ class NativeDispatcher:
         outs = self._run(call_args, extras, tensors, meta)
         if outs is None:
             return ref(*args)
-        pack = self.packs[key] if key in self.packs else _PACK_TYPES.get(self.lock_pack or "", None if len(meta) == 1 else tuple)
+        pack = self.packs.get(key, None if len(meta) == 1 else tuple)
         if self.fast is not None and len(self.plans) < MAX_PLANS:
             sig = self.fast.signature(args)
             if sig is not None:

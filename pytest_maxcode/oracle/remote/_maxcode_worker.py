@@ -252,7 +252,7 @@ def _pack(result) -> str:
 
     if type(result) in (tuple, list):
         return type(result).__name__ if all(isinstance(r, torch.Tensor) for r in result) else "other"
-    return "bare" if isinstance(result, torch.Tensor) and type(result) is torch.Tensor else "other"
+    return "bare" if type(result) is torch.Tensor else "other"
 
 
 def _as_outputs(result) -> list:
@@ -343,7 +343,8 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
                         returns = f"{returns}:unchanged"
                 else:
                     outs = _as_outputs(result)
-                    pack = _pack(result) if pack is None or pack == _pack(result) else "other"
+                    this = _pack(result)
+                    pack = this if pack in (None, this) else "other"  # differing calls: only the reference can follow
                 expected.append([o.detach().to("cpu").clone() for o in outs])
         sets = kept
         cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in sets]
