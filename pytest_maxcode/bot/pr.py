@@ -102,7 +102,7 @@ def below_accepted(nums: pr_body.Numbers, margin: float) -> str | None:
         if nums.low > top:
             return None
         return (f"not clearly faster than the kernel accepted on the base branch, measured beside it in this run "
-                f"({nums.accepted:.3g}x{f' [{nums.accepted_ci[0]:.3g}, {nums.accepted_ci[1]:.3g}]' if nums.accepted_ci else ''}): this one's interval starts at {nums.low:.3g}x, "
+                f"({nums.accepted:.3g}x{pr_body.ci_text(nums.accepted_ci)}): this one's interval starts at {nums.low:.3g}x, "
                 f"not above {top:.3g}x (the accepted one's interval end, and {margin:g} times its speedup)")
     if nums.low >= bar:
         return None
@@ -195,10 +195,8 @@ class Bot:
         source = self._base_file(entry.kernel)
         if source is None or hashlib.sha256(source.encode()).hexdigest() != entry.kernel_hash or not self._reference_holds(entry):
             return None
-        ci = entry.speedup_ci
-        return pr_body.Accepted(entry.kernel, entry.kernel_hash, float(entry.speedup),
-                                (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 else None, entry.date, entry.tool_version, source,
-                                entry.lang)
+        return pr_body.Accepted(entry.kernel, entry.kernel_hash, float(entry.speedup), pr_body.interval(entry.speedup_ci),
+                                entry.date, entry.tool_version, source, entry.lang)
 
     def _reference_holds(self, entry: LockEntry) -> bool:
         """The base branch's reference still hashes as the lock says (else the kernel is not in use)."""

@@ -57,8 +57,7 @@ class Accepted:
         for row in t.get("trajectory") or []:
             if (row.get("origin") == f"accepted:{self.kernel}" and row.get("hash") == self.candidate_hash
                     and row.get("status") in ("faster", "not_faster") and row.get("speedup")):
-                ci = row.get("speedup_ci")
-                return replace(self, run_speedup=float(row["speedup"]), run_ci=(float(ci[0]), float(ci[1])) if ci else None)
+                return replace(self, run_speedup=float(row["speedup"]), run_ci=interval(row.get("speedup_ci")))
         return self
 
 
@@ -89,13 +88,17 @@ class Numbers:
         return f"{self.speedup / self.accepted:.3g}x" if self.accepted else ""
 
 
+def interval(ci: Sequence[Any] | None) -> tuple[float, float] | None:
+    """A stored ``[low, high]`` as a pair of floats; None where there is none."""
+    return (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 else None
+
+
 def numbers(t: Mapping[str, Any], accepted: Accepted | None = None) -> Numbers:
-    ci = t.get("speedup_ci")
+    own = float(t["speedup"]), interval(t.get("speedup_ci"))
     if accepted is None:
-        return Numbers(float(t["speedup"]), (float(ci[0]), float(ci[1])) if ci else None)
+        return Numbers(*own)
     here = accepted.run_speedup is not None
-    return Numbers(float(t["speedup"]), (float(ci[0]), float(ci[1])) if ci else None,
-                   accepted.run_speedup if here else accepted.speedup, accepted.run_ci if here else accepted.speedup_ci, here)
+    return Numbers(*own, accepted.run_speedup if here else accepted.speedup, accepted.run_ci if here else accepted.speedup_ci, here)
 
 
 # -- safe text ----------------------------------------------------------------------------
@@ -217,7 +220,7 @@ def _what(t: Mapping[str, Any], lang: str, kernel_path: str, ref: Mapping[str, A
             "for the input signatures it was checked on, and everything else still runs the original.")
 
 
-def _ci(ci: Sequence[float] | None) -> str:
+def ci_text(ci: Sequence[float] | None) -> str:
     return f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
 
 
@@ -245,11 +248,11 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where:
         "",
         "| workload | original | optimized | speedup (95% CI) |",
         "|---|---:|---:|---:|",
-        f"| **all (geometric mean)** | {fmt_time(t.get('baseline_s'))} | {fmt_time(t.get('best_s'))} | **{nums.x}**{_ci(nums.ci)} |",
+        f"| **all (geometric mean)** | {fmt_time(t.get('baseline_s'))} | {fmt_time(t.get('best_s'))} | **{nums.x}**{ci_text(nums.ci)} |",
     ]
     for w in t.get("workloads") or []:
         out.append(f"| {code(w['signature'], cell=True)} ({w['n_sets']} input sets) | {fmt_time(w.get('reference_s'))} | "
-                   f"{fmt_time(w.get('candidate_s'))} | {w['speedup']:.3g}x{_ci(w.get('speedup_ci'))} |")
+                   f"{fmt_time(w.get('candidate_s'))} | {w['speedup']:.3g}x{ci_text(w.get('speedup_ci'))} |")
     out += ["", f"Verdict: {text(t.get('reason', ''))}"]
     out += _reproduce(t)
     out += _warnings(t)
@@ -289,7 +292,7 @@ def _replaces(accepted: Accepted | None, nums: Numbers, where: Where) -> list[st
             "| | accepted now (replaced) | this pull request |", "|---|---:|---:|",
             (f"| kernel | {code(accepted.kernel, cell=True)} ({accepted.kernel_hash[:16]}) | "
             f"{code(where.kernel_path, cell=True)} ({where.kernel_hash}) |"),
-            f"| speedup over the original (95% CI) | {nums.accepted:.3g}x{_ci(nums.accepted_ci)} | **{nums.x}**{_ci(nums.ci)} |",
+            f"| speedup over the original (95% CI) | {nums.accepted:.3g}x{ci_text(nums.accepted_ci)} | **{nums.x}**{ci_text(nums.ci)} |",
             f"| measured | {measured} | this run |"]
 
 
@@ -315,7 +318,7 @@ def _benchmarks(benchmarks: Sequence[Mapping[str, Any]]) -> list[str]:
     for b in benchmarks:
         r, c = b["reference"], b["candidate"]
         out.append(f"| {code(b['name'], cell=True)} | {fmt_time(r['median_s'])} ± {fmt_time(r.get('stddev_s'))} | "
-                   f"{fmt_time(c['median_s'])} ± {fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x{_ci(b.get('speedup_ci'))} | "
+                   f"{fmt_time(c['median_s'])} ± {fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x{ci_text(b.get('speedup_ci'))} | "
                    f"{text(r.get('rounds', '?'))} / {text(c.get('rounds', '?'))} |")
     return out
 
