@@ -7,6 +7,7 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -239,3 +240,42 @@ def test_a_native_verdict_carries_the_call_path_and_its_overhead(tmp_path: Path,
     for _ in range(1000):
         abi.call_native(noop, [x, x], (), [((4,), torch.float32)], "cpu")
     assert overhead < 20 * max((time.perf_counter_ns() - t0) / 1000 / 1e3, 1.0)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: the timer and the servers cannot be kept apart")
+def test_the_servers_keep_off_the_timers_core(tmp_path: Path) -> None:
+    """Woken by the doorbell, a server could be queued on the timer's own core, and the two
+    would take turns inside the measurement: every process the zygotes fork stays on the other
+    cores, and the timer's thread is on its core only while it times."""
+    from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
+    from pytest_maxcode.oracle.pool import _descendants
+    from pytest_maxcode.oracle.reference import parse_reference
+
+    cores = timing.Cores.split()
+    assert cores.timer is not None and cores.timer not in cores.servers
+    assert set(cores.servers) | {cores.timer} == os.sched_getaffinity(0)
+    me = threading.get_native_id()
+    before = os.sched_getaffinity(me)
+    with cores.timing():
+        assert os.sched_getaffinity(me) == {cores.timer}
+    assert os.sched_getaffinity(me) == before
+
+    (tmp_path / "ref.py").write_text(COPY_REF)
+    (tmp_path / "add.cpp").write_text(COPY_KERNEL)
+    ref = parse_reference(f"{tmp_path / 'ref.py'}:f", f"{tmp_path / 'ref.py'}:get_inputs")
+    with Oracle(ref, CheckConfig(time_budget=0.05), tmp_path) as o:
+        v = o.check([CandidateSpec.from_path(tmp_path / "add.cpp")])[0]
+        assert v.status in ("faster", "not_faster", "slower"), v.reasons
+        assert o.cores == cores and o.threads == len(cores.servers)
+        servers = []
+        for zygote in (o.zygote, o.ref_zygote):
+            assert zygote is not None and zygote.proc is not None
+            for pid in _descendants(zygote.proc.pid):
+                try:
+                    if Path(f"/proc/{pid}/comm").read_text().strip() != "bwrap":  # the sandbox's own launcher waits
+                        servers += [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+                except OSError:
+                    continue
+        assert servers
+        assert {frozenset(os.sched_getaffinity(t)) for t in servers} == {frozenset(cores.servers)}
+    assert os.sched_getaffinity(me) == before

@@ -215,8 +215,10 @@ class Oracle:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maxcode-build")
         #: this oracle's seed: inputs, model initialisation; random unless given, always recorded
         self.seed = config.seed if config.seed is not None else secrets.randbelow(2**31 - 1)
+        #: the timer's core and the servers' (see timing.Cores)
+        self.cores = timing.Cores.split()
         #: threads each side may use while timed: all cores but the timer's
-        self.threads = max(1, (os.cpu_count() or 1) - 1)
+        self.threads = max(1, len(self.cores.servers))
         self.isolation = resolve(config.sandbox)
         self._worker_limits = self._sandbox_limits()
         warning = sandbox_warning(self.isolation)
@@ -418,7 +420,7 @@ class Oracle:
         for z in (self.zygote, self.ref_zygote):
             # fixed allocator thresholds: glibc's adaptive ones depend on each process's history,
             # and a server whose large tensors come from fresh mmaps pays page faults on every call
-            z.env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
+            z.env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, MAXCODE_SERVER_CPUS=self.cores.spec,
                          MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 30))
         self.zygote.launch()  # its torch import overlaps with ours
         if self.config.timer == "time":
@@ -831,7 +833,7 @@ class Oracle:
         c = self.config
         cfg = timing.TimingConfig(time_budget=c.time_budget * budget_share, min_rounds=c.min_rounds, max_rounds=c.max_rounds,
                                   min_speedup=c.min_speedup, atol=c.atol, rtol=c.rtol, inplace=c.inplace,
-                                  device=self.device, native=native)
+                                  device=self.device, native=native, cores=self.cores)
         checked = 0
         # a fresh reference process for every measurement, as the candidate gets one: a state
         # one of them drifted into (its heap, its caches) cannot carry a verdict, or its confirmation

@@ -1258,8 +1258,20 @@ def _decode_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+def _keep_to_server_cores() -> None:
+    """Before torch starts its threads: every process this zygote forks stays off the trusted
+    timer's core (``MAXCODE_SERVER_CPUS``, set by the trusted side)."""
+    spec = os.environ.get("MAXCODE_SERVER_CPUS", "")
+    if spec:
+        try:
+            os.sched_setaffinity(0, {int(c) for c in spec.split(",")})
+        except (OSError, ValueError):
+            pass
+
+
 def main(ctl_fd: int, parent: int) -> None:
     _die_with_parent(parent)
+    _keep_to_server_cores()
     ctl = socket.socket(fileno=ctl_fd)
     try:
         ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
