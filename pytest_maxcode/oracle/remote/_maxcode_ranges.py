@@ -2,7 +2,7 @@
 random-normal values at one scale (it clamps, overflows, flushes, drops NaN) is caught.
 
 Runs inside the oracle's worker processes, so it imports nothing from the package: only the
-standard library, and torch inside the functions.
+standard library and torch.
 
 From one captured input set, :func:`range_sets` makes labelled variants:
 
@@ -26,6 +26,8 @@ them is :func:`special_equal`; the flag's text is :func:`describe`.
 from __future__ import annotations
 
 import random
+
+import torch
 
 #: a tensor with at most this many distinct values, each repeated on average, is discrete
 DISCRETE_VALUES = 16
@@ -54,8 +56,6 @@ def _dtype_name(t) -> str:
 
 def _discrete(t) -> bool:
     """Few distinct values, each repeated on average: a mask, labels, levels, a constant."""
-    import torch
-
     if t.dtype == torch.bool:
         return True
     n = t.numel()
@@ -82,8 +82,6 @@ def _like(v, values):
 
 def _float_variant(v, label: str, seed: int, index: int):
     """One continuous floating tensor's values for ``label``, or None where it keeps its own."""
-    import torch
-
     if v.is_complex():
         if label not in ("x1e3", "x1e-3"):
             return None
@@ -131,8 +129,6 @@ def _float_variant(v, label: str, seed: int, index: int):
 
 def _int_variant(v, seed: int, index: int):
     """A continuous integer tensor with a sprinkling of its captured min, max and 0."""
-    import torch
-
     flat = v.detach().to(torch.int64).reshape(-1).clone()
     lo, hi = int(flat.min()), int(flat.max())
     values = [lo, hi, 0]
@@ -146,8 +142,6 @@ def _int_variant(v, seed: int, index: int):
 def range_sets(captured: list, seed: int) -> list[tuple[str, list]]:
     """Labelled input sets beyond ``captured``'s range, in :data:`LABELS` order; deterministic
     given ``seed``. ``captured`` is not modified; unchanged arguments are the captured objects."""
-    import torch
-
     kinds = []
     for v in captured:
         if not isinstance(v, torch.Tensor) or v.numel() == 0 or _discrete(v):
@@ -179,8 +173,6 @@ def range_sets(captured: list, seed: int) -> list[tuple[str, list]]:
 
 def _same(a, b) -> bool:
     """Equal values, NaN equal to NaN (a variant that changes nothing is not a new set)."""
-    import torch
-
     if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
         return False
     if a.is_floating_point() or a.is_complex():
@@ -193,8 +185,6 @@ def keep_set(label: str, captured_outputs: list, outputs: list) -> bool:
     raised on is never used). Special-value sets: always (NaN and inf in the outputs are the
     point). Widened sets: only where the reference stays finite wherever it was finite on the
     captured set, so the widened range is still inside what the reference computes."""
-    import torch
-
     if label.startswith("special:"):
         return True
     if len(captured_outputs) != len(outputs):
@@ -217,8 +207,6 @@ def special_equal(expected, actual, atol: float, rtol: float) -> bool:
     NaN exactly where the expected has NaN, +inf exactly where it has +inf, -inf exactly where
     it has -inf, and elsewhere finite and within ``atol + rtol * |expected|`` (in float64).
     Complex values: the real and imaginary parts each by that rule. Signed zeros compare equal."""
-    import torch
-
     if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor):
         return expected == actual
     if tuple(expected.shape) != tuple(actual.shape) or expected.dtype != actual.dtype:

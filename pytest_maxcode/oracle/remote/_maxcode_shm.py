@@ -24,6 +24,8 @@ import os
 import platform
 import time
 
+import torch
+
 # control words
 DOORBELL, DONE, ARMED, FAILED, READY = 0, 1, 2, 3, 4
 #: word SLEEPING + w is set while a waiter sleeps on word w
@@ -49,8 +51,6 @@ def _align(n: int) -> int:
 
 def tensor_meta(values: list) -> list:
     """The layout-relevant facts of one input set: ("t", shape, stride, dtype) or ("s", value)."""
-    import torch
-
     out = []
     for v in values:
         if isinstance(v, torch.Tensor):
@@ -64,8 +64,6 @@ def tensor_meta(values: list) -> list:
 
 def layout(in_meta: list, out_meta: list, slots: int, stage: bool = False) -> dict:
     """Byte offsets of every tensor of every slot; plain data, so it can cross the channel."""
-    import torch
-
     def place(metas: list, cursor: int, count: int = slots) -> tuple[list, int, list]:
         slot_entries, bounds = [], []
         for _ in range(count):
@@ -97,8 +95,6 @@ def layout(in_meta: list, out_meta: list, slots: int, stage: bool = False) -> di
 
 def views(data, metas: list, entries: list, base: int = 0) -> list:
     """Tensors over ``data`` (uint8) for one slot; ``base``: the byte offset ``data`` starts at."""
-    import torch
-
     out = []
     for m, e in zip(metas, entries):
         if e is None:
@@ -192,8 +188,6 @@ class Region:
     """A mapped region: control words and tensor views of each slot."""
 
     def __init__(self, fd: int, lay: dict) -> None:
-        import torch
-
         self.layout = lay
         self.map = mmap.mmap(fd, lay["size"], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.ctl = memoryview(self.map)[:CONTROL_BYTES].cast("Q")

@@ -19,8 +19,10 @@ import time
 
 _NOW = time.perf_counter_ns  # bound before any candidate code exists in this process
 
+import copy  # noqa: E402
 import ctypes  # noqa: E402
 import gc  # noqa: E402
+import hashlib  # noqa: E402
 import importlib.util  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
@@ -33,6 +35,24 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import traceback  # noqa: E402
 from multiprocessing.connection import Connection  # noqa: E402
+from multiprocessing.reduction import recv_handle  # noqa: E402
+
+
+def _keep_to_server_cores() -> None:
+    """Before torch starts its threads: every process this zygote forks stays off the trusted
+    timer's core (``MAXCODE_SERVER_CPUS``, set by the trusted side)."""
+    spec = os.environ.get("MAXCODE_SERVER_CPUS", "")
+    if spec:
+        try:
+            os.sched_setaffinity(0, {int(c) for c in spec.split(",")})
+        except (OSError, ValueError):
+            pass
+
+
+if __name__ == "__main__":  # the zygote, before torch starts its threads (every child inherits the mask)
+    _keep_to_server_cores()
+
+import torch  # noqa: E402 - the expensive import every child then shares
 
 _SLEEP = time.sleep
 _PR_SET_PDEATHSIG = 1
@@ -56,8 +76,6 @@ def _recv_ctl(sock: socket.socket) -> tuple[list, list[int]]:
 
 def _send_child(conn: Connection, name: str, **kwargs: object) -> None:
     """One named event with keyword data (pytest-xdist's style); the parent validates both."""
-    import torch
-
     buf = io.BytesIO()
     torch.save((name, kwargs), buf)
     conn.send_bytes(buf.getvalue())
@@ -178,8 +196,6 @@ class Reference:
             self.inputs_fn = None
             if spec.get("instance"):
                 # an nn.Module target: the instance captured from the user's tests
-                import torch
-
                 self.instance = torch.load(spec["instance"], weights_only=False)
                 self.model_cls = type(self.instance)
                 self.fn = None
@@ -222,13 +238,9 @@ class Reference:
 
     def make(self, device: str, seed: int):
         """The callable to compare against, and the module's parameters+buffers (ABI order)."""
-        import torch
-
         if self.model_cls is None:
             return self.fn, []
         if getattr(self, "instance", None) is not None:
-            import copy
-
             model = copy.deepcopy(self.instance).to(device).eval()
         else:
             torch.manual_seed(seed)
@@ -239,8 +251,6 @@ class Reference:
 
 
 def _to_device(values: list, device: str) -> list:
-    import torch
-
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
@@ -248,16 +258,12 @@ def _pack(result) -> str:
     """How the reference hands back its outputs, so an accepted kernel's call hands them back
     the same way: one bare tensor, a plain tuple or list of tensors, or anything else
     (a scalar, a named tuple), which only the reference reproduces."""
-    import torch
-
     if type(result) in (tuple, list):
         return type(result).__name__ if all(isinstance(r, torch.Tensor) for r in result) else "other"
     return "bare" if type(result) is torch.Tensor else "other"
 
 
 def _as_outputs(result) -> list:
-    import torch
-
     if isinstance(result, (tuple, list)):
         items = list(result)
     else:
@@ -275,18 +281,14 @@ def _as_outputs(result) -> list:
 
 def _sync(device: str) -> None:
     if device == "cuda":
-        import torch
-
         torch.cuda.synchronize()
 
 
 def _count_flops(fn, inputs: list, device: str) -> int:
     """FLOPs of one reference call as torch's flop counter sees them: matmuls, convolutions
     and attention; elementwise work counts 0, so 0 means "no compute roof applies"."""
-    import torch
-
     try:
-        from torch.utils.flop_counter import FlopCounterMode
+        from torch.utils.flop_counter import FlopCounterMode  # the reference job's alone: keeps the zygote's start-up fast
 
         args = _to_device([_clone(v) for v in inputs], device)
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
@@ -298,8 +300,6 @@ def _count_flops(fn, inputs: list, device: str) -> int:
 
 def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
     """Generate the seeded input sets and the expected outputs (kept by the parent only)."""
-    import torch
-
     device = job["device"]
     fn, _extras = ref.make(device, job["model_seed"])
     workloads = []
@@ -370,9 +370,7 @@ def _reference_ranges(fn, first: list, first_expected: list, out_meta: list, job
     """The range sets (``_maxcode_ranges``) the reference accepts, made from the first input set
     with the run's seed, with the reference's outputs on them: ``[(label, inputs, outputs)]``.
     A set the reference raises on, or whose outputs change shape, is not used."""
-    import torch
-
-    import _maxcode_ranges as ranges
+    import _maxcode_ranges as ranges  # a sibling module: top-level only when this file runs as the worker script
 
     kept = []
     with torch.no_grad():
@@ -406,8 +404,6 @@ def _random_like(values: list, resample_only: bool = False) -> list:
     uniform within the observed [min, max] (the sign and any bound the tests respect are kept).
     ``resample_only`` resamples every tensor: the fallback when the reference rejected a set.
     """
-    import torch
-
     out = []
     for v in values:
         if not isinstance(v, torch.Tensor) or v.numel() == 0:
@@ -431,8 +427,6 @@ def _random_like(values: list, resample_only: bool = False) -> list:
 def _fresh_maker(values: list):
     """``_random_like(values)`` with each tensor's domain worked out once, not on every call
     (timed rounds ask for fresh values every round)."""
-    import torch
-
     plans = []
     for v in values:
         if not isinstance(v, torch.Tensor) or v.numel() == 0:
@@ -468,15 +462,11 @@ def _fresh_maker(values: list):
 
 def _resample(flat, shape):
     """Values drawn with replacement from the captured ones."""
-    import torch
-
     return flat[torch.randint(0, flat.numel(), tuple(shape))]
 
 
 def _uniform(flat, shape):
     """Uniform within the captured values' [min, max], computed in float64 so the bounds hold."""
-    import torch
-
     lo, hi = float(flat.min()), float(flat.max())
     u = torch.rand(tuple(shape), dtype=torch.float64)
     return (lo + (hi - lo) * u).clamp_(lo, hi)
@@ -493,8 +483,6 @@ def _returned(result, args: list) -> str:
 
 
 def _clone(v):
-    import torch
-
     return v.clone() if isinstance(v, torch.Tensor) else v
 
 
@@ -509,8 +497,6 @@ class CandidateError(Exception):
 
 def _timer_identities() -> dict[str, int]:
     """Ids of the clocks and syncs a cheating candidate would patch."""
-    import torch
-
     ids = {}
     for name in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time"):
         ids[f"time.{name}"] = id(getattr(time, name))
@@ -528,8 +514,6 @@ def _patched(before: dict[str, int]) -> list[str]:
 
 
 def _poison(t, variant: int) -> None:
-    import torch
-
     if t.dtype == torch.bool:
         t.fill_(variant % 2 == 0)
     elif t.is_floating_point() or t.is_complex():
@@ -542,8 +526,6 @@ def _poison(t, variant: int) -> None:
 
 def _bits(t):
     """A view whose == is bitwise (NaN == NaN), for mutation and settle checks."""
-    import torch
-
     by_size = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.int64}
     t = t.contiguous()
     if t.dtype == torch.bool:
@@ -554,8 +536,6 @@ def _bits(t):
 
 
 def _same_bits(a, b) -> bool:
-    import torch
-
     return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
 
 
@@ -588,8 +568,6 @@ class _Candidate:
     """A loaded candidate behind one call signature: run(slot inputs, slot outputs)."""
 
     def __init__(self, job: dict, ref: Reference) -> None:
-        import torch
-
         self.device = job["device"]
         self.format = job["format"]
         self.stream = None
@@ -654,9 +632,7 @@ def _guard_load_inline(build_dir: str) -> None:
     source lists are copied (load_inline mutates them), precompiled headers are off
     (they write into torch's own include folder), and stale ``lock`` files are removed.
     """
-    import hashlib
-
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # only load_inline candidates need it (setuptools): keeps the zygote's start-up fast
 
     original = cpp_extension.load_inline
 
@@ -686,8 +662,6 @@ class _Side:
     """
 
     def __init__(self, name, sets, slots, device, runner, extras, out_meta, native, preallocated=False, inplace=False) -> None:
-        import torch
-
         self.inplace = inplace
         if inplace:
             out_meta, preallocated = [], False  # it writes into its arguments
@@ -711,8 +685,6 @@ class _Side:
 
     def refill(self, first_set: int, poison: int) -> list[int]:
         """Fill each slot from the next set; returns the set index used by each slot."""
-        import torch
-
         used = []
         for s, buf in enumerate(self.bufs):
             idx = (first_set + s) % len(self.sets)
@@ -744,8 +716,6 @@ class _Side:
             self.outs[slot] = self.runner(*self.bufs[slot])
 
     def outputs(self, slot: int) -> list:
-        import torch
-
         if self.inplace:
             return [v for v in self.bufs[slot] if isinstance(v, torch.Tensor)]
         return self.outs[slot] if self.native else _as_outputs(self.outs[slot])
@@ -766,8 +736,6 @@ class _Side:
 
 
 def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) -> None:
-    import torch
-
     torch.set_grad_enabled(False)
     device = job["device"]
     before = _timer_identities()
@@ -921,8 +889,6 @@ def _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn) -> None
 def _candidate_call(cand, native: bool, extras: list, device: str):
     """The call the candidate serves: for native code, the runtime dispatcher's own path
     (allocate the outputs, marshal, run), writing into the shared slots where it can."""
-    import torch
-
     def make(out_meta: list, direct: bool):
         metas = [(shape, getattr(torch, dt)) for _t, shape, _stride, dt in out_meta]
         if native:
@@ -973,11 +939,7 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
     validates. The clock is the parent's: this loop only arms, waits for the doorbell,
     runs the slots and writes the bell's token back.
     """
-    from multiprocessing.reduction import recv_handle
-
-    import _maxcode_shm as shm
-
-    import torch
+    import _maxcode_shm as shm  # a sibling module: top-level only when this file runs as the worker script
 
     region = None
     call = None
@@ -1075,8 +1037,6 @@ class _Stager:
 def _serve_calls(region, call: "_Call", n: int, device: str, inplace: bool, mirrors, late: list) -> None:
     """The timed calls. Results not written into the slots are copied there inside the
     interval, except where the call says ``late``: kept in ``late`` and copied after answering."""
-    import torch
-
     for s in range(n):
         args = region.inputs[s] if mirrors is None else mirrors[s]
         if call.into is not None:
@@ -1099,8 +1059,6 @@ def _serve_calls(region, call: "_Call", n: int, device: str, inplace: bool, mirr
 
 
 def _copy_results(region, s: int, result, inplace: bool = False) -> None:
-    import torch
-
     if inplace:
         for h, d in zip([t for t in region.inputs[s] if isinstance(t, torch.Tensor)], result):
             h.copy_(d)
@@ -1119,8 +1077,6 @@ def _flush_l2(device: str) -> None:
     """Evict the GPU's L2 between rounds (device-wide, so it serves both sides)."""
     if device != "cuda":
         return
-    import torch
-
     global _L2_FLUSH
     if _L2_FLUSH is None:
         l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -1135,8 +1091,6 @@ _L2_FLUSH = None
 def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) -> None:
     """The reference, served exactly like a candidate; a helper process of its own writes each
     round's fresh inputs."""
-    import torch
-
     torch.set_grad_enabled(False)
     device = job["device"]
     fn, _extras = ref.make(device, job["model_seed"])
@@ -1178,8 +1132,6 @@ def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) 
 
 
 def _fits(values: list, views: list) -> bool:
-    import torch
-
     if len(values) != len(views):
         return False
     for v, d in zip(values, views):
@@ -1221,8 +1173,6 @@ def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | 
     try:
         _set_limits(job)
         if job["device"] == "cuda":
-            import torch
-
             torch.cuda.init()
         if job["kind"] == "reference":
             _reference_job(job, ref, conn)
@@ -1258,20 +1208,8 @@ def _decode_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _keep_to_server_cores() -> None:
-    """Before torch starts its threads: every process this zygote forks stays off the trusted
-    timer's core (``MAXCODE_SERVER_CPUS``, set by the trusted side)."""
-    spec = os.environ.get("MAXCODE_SERVER_CPUS", "")
-    if spec:
-        try:
-            os.sched_setaffinity(0, {int(c) for c in spec.split(",")})
-        except (OSError, ValueError):
-            pass
-
-
 def main(ctl_fd: int, parent: int) -> None:
     _die_with_parent(parent)
-    _keep_to_server_cores()
     ctl = socket.socket(fileno=ctl_fd)
     try:
         ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -1281,8 +1219,6 @@ def main(ctl_fd: int, parent: int) -> None:
     msg, fds = _recv_ctl(ctl)
     ref = None
     try:
-        import torch  # noqa: F401 - the expensive import every child then shares
-
         call_path = _load_call_path(fds[0]) if fds else "ctypes: the trusted side sent no compiled call path"
         ref = Reference(msg[1])
         _send_ctl(ctl, "ready", {"python": sys.version.split()[0], "torch": torch.__version__, "call_path": call_path})
@@ -1295,8 +1231,6 @@ def main(ctl_fd: int, parent: int) -> None:
         if msg[0] == "exit":
             return
         if msg[0] == "inputs":
-            import torch
-
             with open(msg[1], "rb") as f:
                 inputs = torch.load(f, weights_only=True)
             # children inherit all of this: frozen, their collections skip it (and its pages stay shared)
