@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import MaxcodeError
 from ..model.protocols import EvaluationStore
 from ..model.report import PACKS
@@ -31,7 +33,7 @@ from ..native import build as build_mod
 from ..options import MIN_SPEEDUP
 from ..sandbox import isolation as isolation_mod
 from ..sandbox.isolation import Isolation, Limits, resolve
-from . import timing
+from . import plausible, probe, scan, stats, timing
 from .compare import compare, tolerances, weak_reasons
 from .pool import (
     WORKER,
@@ -336,8 +338,6 @@ class Oracle:
         ref_dir = scratch / "reference"
         ref_dir.mkdir()
         self._start_workers(scratch, job_dir, ref_dir)
-        import torch
-
         seeds = [self.seed + 1 + i for i in range(max(2, self.config.n_seeds))]
         specs = self.workload_specs or [{"name": "default"}]
         # every workload: its captured sets (if any), then seeded random ones; written in the
@@ -427,8 +427,6 @@ class Oracle:
             self.ref_zygote.launch()
         else:
             self.ref_zygote = None  # instruction counts are taken in the candidate's worker (not yet split)
-        import torch
-
         if self.device == "cuda" and not torch.cuda.is_available():
             if self.config.device == "cuda":
                 self.close()
@@ -586,8 +584,6 @@ class Oracle:
             v.reasons = ["a .cpp candidate runs on the CPU; check it with --device cpu"]
             return v
         if self.config.timer == "instructions" and built is not None and built.library is not None:
-            from . import scan
-
             try:
                 findings = scan.client_request_findings(build_mod.verified_library(built))
             except build_mod.IntegrityError as e:
@@ -615,8 +611,6 @@ class Oracle:
         that this one starts once and keeps; :func:`plausible.instructions_vs_wall` says how far
         apart the two may honestly be.
         """
-        from . import plausible
-
         if self._wall is None:
             config = replace(self.config, timer="time", seed=self.seed, cxxflags=self._cxxflags())
             self._wall = Oracle(self.reference, config, self.root, progress=self.progress, workloads=self.workload_specs)
@@ -870,8 +864,6 @@ class Oracle:
         return True
 
     def _score(self, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> None:
-        from . import probe, stats
-
         if self.config.timer == "instructions":
             return self._score_instructions(v, timings)
         per = []
@@ -932,8 +924,6 @@ class Oracle:
         The FLOP roof is not applied: the reference's counted FLOPs are no floor for a
         correct rewrite (reassociation, algebra), so it stays a diagnostic.
         """
-        from . import plausible, probe
-
         cache = probe.cache_bytes(self.device)
         for w in self.workloads:
             d = wl_diag[w.name]
@@ -945,8 +935,6 @@ class Oracle:
         return None
 
     def _score_instructions(self, v: Verdict, timings: dict[str, tuple[list[int], list[int], int]]) -> None:
-        from . import stats
-
         per = [(timings[w.name][0], timings[w.name][1]) for w in self.workloads]
         v.diagnostics["workloads"] = {
             w.name: {
@@ -1027,8 +1015,6 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     and blocks that disagree by more than ``DISAGREE`` leave it undecided. The last block's
     verdict carries the result; a block that failed (wrong, crashed, rejected) is the verdict.
     """
-    from . import stats
-
     first, last = blocks[0], blocks[-1]
     last.eval_s = round(sum(b.eval_s or 0.0 for b in blocks), 4)
     # the blocks the machine's load spoilt are set aside when as many clean ones came as were

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+from .probe import cache_bytes as machine_cache
+
 #: how far beyond the measured roof a call may seem to run before it is rejected
 ROOF_MARGIN = 4.0
 #: instruction speedup allowed per unit of wall speedup when the candidate is not memory-bound
@@ -78,8 +80,6 @@ def roof_violation(
             f"(got {bytes_per_call}, {flops_per_call}, {seconds_per_call}, {margin})"
         )
     if cache_bytes is None:
-        from .probe import cache_bytes as machine_cache
-
         cache_bytes = machine_cache("cpu")
     dram_bytes = max(0, bytes_per_call - 2 * cache_bytes)
     if seconds_per_call <= 0:

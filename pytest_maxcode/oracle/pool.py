@@ -22,6 +22,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Iterator
 
+import torch
+
 from ..native import callpath
 from ..sandbox.isolation import Isolation, Limits, Sandboxed, prepare
 from .protocol import Event, ProtocolError, validate
@@ -88,8 +90,6 @@ class CappedReader(threading.Thread):
 def load_child_message(data: bytes) -> Event:
     """Child messages are torch.save bytes loaded with weights_only (data, never code),
     then validated against the protocol."""
-    import torch
-
     try:
         msg = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as e:  # noqa: BLE001 - whatever the bytes are, they are not an event

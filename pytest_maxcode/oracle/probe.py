@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from .._files import write_atomic
 
 
@@ -31,8 +33,6 @@ def _cpu_model() -> str:
 
 
 def machine_fingerprint(device: str) -> dict[str, str]:
-    import torch
-
     info = {
         "host": platform.node(),
         "cpu": _cpu_model(),
@@ -46,8 +46,6 @@ def machine_fingerprint(device: str) -> dict[str, str]:
 
 
 def _measure(device: str, nbytes: int = 256 << 20, reps: int = 5) -> float:
-    import torch
-
     n = nbytes // 4
     a = torch.ones(n, dtype=torch.float32, device=device)
     b = torch.empty_like(a)
@@ -72,8 +70,6 @@ def cache_dir() -> Path:
 
 
 def _measure_flops(device: str, n: int = 2048, reps: int = 3) -> float:
-    import torch
-
     a = torch.randn(n, n, dtype=torch.float32, device=device)
     b = torch.randn(n, n, dtype=torch.float32, device=device)
     best = float("inf")
@@ -148,7 +144,5 @@ def cache_bytes(device: str, root: str = "/sys/devices/system/cpu") -> int:
     from sysfs. CUDA: the L2 (L1 and shared memory do not outlive a kernel launch). Used by
     the bandwidth roof: only bytes beyond this can be forced to come from memory."""
     if device == "cuda":
-        import torch
-
         return int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
     return _cpu_cache_bytes(root)

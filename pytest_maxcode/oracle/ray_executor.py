@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .._extras import missing_message, require
 from ..errors import MaxcodeError
 from ..model.protocols import EvaluationStore
@@ -125,8 +127,6 @@ def _physical_cores() -> int:
 
 def _shapes_only(w: Workload) -> Workload:
     """The driver needs outputs' shapes and dtypes; the values stay where they are compared."""
-    import torch
-
     return dataclasses.replace(w, expected=[[t.to("meta") if isinstance(t, torch.Tensor) else t for t in outs] for outs in w.expected])
 
 
@@ -144,8 +144,6 @@ class OracleActor:
             os.environ["OMP_NUM_THREADS"] = omp_num_threads
             threads = int(omp_num_threads) if omp_num_threads.isdigit() else 0
         if set_by_ray != omp_num_threads and threads > 0:
-            import torch
-
             torch.set_num_threads(threads)  # this process runs the bandwidth probe
         self.oracle: Oracle | None = None
         self.root = Path()
@@ -155,7 +153,7 @@ class OracleActor:
 
     def prepare(self, reference: ReferenceSpec, config: CheckConfig, root: Path, hint: list[CandidateSpec],
                 workloads: list[dict[str, Any]] | None) -> dict[str, Any]:
-        import ray
+        import ray  # the optional extra, present in every actor; deferred so the module loads without it (and start-up stays fast)
 
         self.root = root
         try:

@@ -54,6 +54,13 @@ if __name__ == "__main__":  # the zygote, before torch starts its threads (every
 
 import torch  # noqa: E402 - the expensive import every child then shares
 
+try:  # siblings: top-level modules when this file runs as the worker script
+    import _maxcode_ranges as ranges
+    import _maxcode_shm as shm
+except ModuleNotFoundError:  # imported from the package (tests of its pieces)
+    from . import _maxcode_ranges as ranges
+    from . import _maxcode_shm as shm
+
 _SLEEP = time.sleep
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -370,8 +377,6 @@ def _reference_ranges(fn, first: list, first_expected: list, out_meta: list, job
     """The range sets (``_maxcode_ranges``) the reference accepts, made from the first input set
     with the run's seed, with the reference's outputs on them: ``[(label, inputs, outputs)]``.
     A set the reference raises on, or whose outputs change shape, is not used."""
-    import _maxcode_ranges as ranges  # a sibling module: top-level only when this file runs as the worker script
-
     kept = []
     with torch.no_grad():
         for label, values in ranges.range_sets(first, int(job.get("range_seed") or 0)):
@@ -939,8 +944,6 @@ def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) 
     validates. The clock is the parent's: this loop only arms, waits for the doorbell,
     runs the slots and writes the bell's token back.
     """
-    import _maxcode_shm as shm  # a sibling module: top-level only when this file runs as the worker script
-
     region = None
     call = None
     mirrors = None  # on a GPU: each slot's inputs on the device (the shared slots are host memory)
