@@ -16,11 +16,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from .tables import parse_observation, parse_prices, parse_programs, parse_regressions, parse_stages
 
@@ -270,8 +277,6 @@ def add_to_pytest(group: Any) -> None:
 
 def _toml(value: Any) -> str:
     """A value as it was written in pyproject.toml."""
-    import json
-
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -369,8 +374,6 @@ def _file_layers(pyproject: Path | None, profile: str | None) -> tuple[dict[str,
             raise ValueError(f"profile {profile!r}: there is no pyproject.toml{f' at {pyproject}' if pyproject else ''} "
                              f"to hold [tool.maxcode.profiles.{profile}]")
         return {}, {}
-    import tomllib
-
     try:
         data = tomllib.loads(pyproject.read_text())
     except tomllib.TOMLDecodeError as e:
@@ -426,7 +429,5 @@ def accepts_range_limited(target_id: str, declared: bool | None, setting: bool |
     if declared is not None:
         return bool(declared)
     if isinstance(setting, (list, tuple)):
-        from fnmatch import fnmatchcase
-
         return any(fnmatchcase(target_id, pattern) for pattern in setting)
     return bool(setting)
