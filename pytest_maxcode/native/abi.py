@@ -21,6 +21,8 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 ENTRY_POINT = "maxcode_run"
 
 KDL_CPU = 1
@@ -89,8 +91,6 @@ def as_abi_tensors(values: Sequence[Any], device: Any = None) -> list[Any]:
 
     int -> int64, float -> float64, bool -> bool, as DESIGN.md section 4 fixes.
     """
-    import torch
-
     out = []
     for i, v in enumerate(values):
         if isinstance(v, torch.Tensor):
@@ -227,11 +227,10 @@ _HELPER: list[Any] = []  # the compiled call path, once use_helper has loaded it
 def use_helper(path: str) -> Any:
     """Load the compiled call path from ``path`` (a sealed copy the trusted side verified);
     from then on :func:`call_native` and :func:`call_into` go through it. Raises ImportError
-    or OSError when it does not load (the ctypes path then stays)."""
+    or OSError when it does not load (the ctypes path then stays). It links against torch's
+    libraries, which this module's ``import torch`` has loaded."""
     if _HELPER:
         return _HELPER[0]
-    import torch  # noqa: F401 - the helper links against torch's libraries, loaded with it
-
     loader = importlib.machinery.ExtensionFileLoader("_maxcode_call", path)
     spec = importlib.util.spec_from_file_location("_maxcode_call", path, loader=loader)
     if spec is None:
@@ -273,11 +272,12 @@ def call_native(
 def call_into(kernel: NativeKernel, args: Sequence[Any], extras: Sequence[Any], outs: Sequence[Any],
               alloc_meta: Sequence[tuple[Any, Any]] | None, device: Any, stream: int | None = None) -> int:
     """A call that writes into ``outs``; ``alloc_meta``'s tensors are allocated and dropped
-    first, so it costs what :func:`call_native` costs. Returns the kernel's code."""
+    first, so it costs what :func:`call_native` costs. Returns the kernel's code.
+
+    Seven parameters because it is on the accepted kernel's call path: they go straight on to
+    the helper's ``run_into``, and an object to group them would be one allocation per call."""
     if _HELPER:
         return _HELPER[0].run_into(kernel.address, args, extras, outs, alloc_meta, device, stream)
-    import torch
-
     for shape, dtype in alloc_meta or ():
         torch.empty(shape, dtype=dtype, device=device)
     return kernel.run(TensorArray(as_abi_tensors(args, device) + list(extras)), TensorArray(outs), stream)
@@ -292,8 +292,6 @@ def call_native_ctypes(
     stream: int | None = None,
 ) -> list[Any]:
     """:func:`call_native` through ``struct`` and ``ctypes``: where the helper is not built."""
-    import torch
-
     outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in out_meta]
     rc = kernel.run(TensorArray(as_abi_tensors(args, device) + list(extras)), TensorArray(outs), stream)
     if rc != 0:

@@ -37,6 +37,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from . import abi
 from .build import sealed_memfd
 
@@ -75,8 +77,6 @@ def _compiler_version(exe: str) -> str:
 
 def key() -> str:
     """What the helper's binary depends on; a change of any gives a new cache folder."""
-    import torch
-
     parts = [SOURCE.read_bytes().hex(), torch.__version__, sysconfig.get_config_var("SOABI") or sys.version,
              _compiler_version(_compiler()), " ".join(FLAGS), str(int(torch._C._GLIBCXX_USE_CXX11_ABI))]
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
@@ -84,7 +84,7 @@ def key() -> str:
 
 
 def _command(out: Path) -> list[str]:
-    import torch
+    # deferred: keeps start-up fast (cpp_extension imports setuptools, ~150 ms); only a build needs it
     from torch.utils import cpp_extension
 
     lib = Path(torch.__file__).parent / "lib"
@@ -192,8 +192,6 @@ def overhead_us(in_meta: list, out_meta: list, device: str = "cpu", calls: int =
     ``in_meta`` (``shm.tensor_meta``'s entries) and outputs ``out_meta`` ((shape, dtype name)):
     the median of five runs of ``calls`` calls of a kernel that does nothing, through the
     path ``abi.call_native`` takes in this process. None without a no-op kernel to call."""
-    import torch
-
     helper = load()
     if helper is None:
         return None
