@@ -15,22 +15,31 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..critique import Critique, LLMCritic, RuleCritic
 from ..errors import MaxcodeError
 from ..model.search import Node, NodeRow, source_key
 from ..options import Settings
+from ..oracle import probe
 from ..oracle.check import CandidateSpec, CheckConfig, Oracle
+from ..oracle.program import ProgramOracle, program_config, workload_signatures
+from ..oracle.ray_executor import RayOracle
 from ..oracle.reference import ReferenceSpec
 from ..oracle.verdict import Verdict, undecided
+from ..tables import parse_observation, parse_stages
 from ..targets.decorator import normalized_source_in_file
+from ..targets.dispatch import arg_class, arg_key
 from ..value.scorer import LightScorer, LLMScorer
 from .budget import Budget, Limits, Meter
+from .llm_policy import LLMPolicy
 from .policy import (
     AcceptedFirst,
     BuiltinPolicy,
@@ -38,7 +47,9 @@ from .policy import (
     candidates_dir,
     materialize,
 )
+from .prompts import PromptContext, describe_target, target_reference_text
 from .state import Proposal, SearchState
+from .strategies import make_strategy
 from .strategy import Ask, Proposer, Strategy, StrategyParams
 
 
@@ -193,10 +204,6 @@ def search_target(
     if reference is None:  # a marked target; a KernelBench problem brings its own (get_init_inputs, get_inputs)
         instance = captured[0].parent / "module.pt" if target.kind == "module" else None
         reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
-    import torch
-
-    from ..targets.dispatch import arg_class, arg_key
-
     workloads = []
     for f in captured:
         data = torch.load(f, weights_only=True)
@@ -218,8 +225,6 @@ def search_target(
     }
     oracle: Any
     if settings.executor == "ray":  # the same checks, on a Ray cluster's pool of warm oracles
-        from ..oracle.ray_executor import RayOracle
-
         oracle = RayOracle(reference, config, root, address=settings.ray_address, actors=settings.ray_actors,
                            targets_at_once=settings.parallel_targets, **oracle_kw)
     else:
@@ -244,8 +249,6 @@ def search_program(
 ) -> SearchResult:
     """A C++ program target (``[tool.maxcode.programs]``) through the same strategies, policies,
     budgets and store; its oracle runs the program's test cases instead of a Python reference."""
-    from ..oracle.program import ProgramOracle, program_config, workload_signatures
-
     start = time.monotonic()
     target = program_info(program, root)
     config = program_config(program, target.min_speedup or settings.min_speedup, settings.sandbox)
@@ -359,15 +362,11 @@ def _make_strategy(name: str, settings: Settings, hook: Any, *, value_dir: Path,
         found = hook.pytest_maxcode_strategy(name=name, settings=settings)
         if found is not None:
             return found
-    from .strategies import make_strategy
-
     try:
         strategy = make_strategy(name)
     except ValueError as e:
         raise MaxcodeError(f"--maxcode-strategy: {e}") from None
     if strategy.name == "qd":
-        from ..tables import parse_stages
-
         try:
             strategy.stages = parse_stages(settings.qd, target_id)
             strategy.seed = settings.search_seed
@@ -392,8 +391,6 @@ def _make_critic(service: Any, target: TargetInfo, lang: str, settings: Settings
     """The rule critic, or an LLM critic when a critic model is configured (--maxcode-critic)."""
     if service is None:
         return RuleCritic()
-    from .prompts import target_reference_text
-
     return LLMCritic(service, reference=target_reference_text(target), lang=lang, run_id=run_id,
                      target_id=target.id, budget=budget, thinking_tokens=settings.critic_thinking_tokens,
                      concurrency=settings.llm_concurrency)
@@ -409,10 +406,6 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
         raise MaxcodeError(f"--maxcode-policy: no policy named {name!r} (built in: builtin, llm; plugins add more)")
     if llm is None:
         raise MaxcodeError("--maxcode-policy=llm needs a model: set --maxcode-llm (anthropic:MODEL, openai:MODEL@URL, replay:PATH) or ANTHROPIC_API_KEY")
-    from ..tables import parse_observation
-    from .llm_policy import LLMPolicy
-    from .prompts import PromptContext, describe_target, target_reference_text
-
     fmt = "program" if target.kind == "program" else settings.format
     lang = _candidate_lang(target, device, settings)
     entry = {"native": "maxcode_run", "program": "main"}.get(fmt) or ("ModelNew" if target.kind == "module" else target.qualname.split(".")[-1])
@@ -435,12 +428,6 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
 
 def describe_device(device: str) -> dict[str, Any]:
     """What the prompt says about the machine: name, parallelism, measured bandwidth."""
-    import os
-
-    import torch
-
-    from ..oracle import probe
-
     d: dict[str, Any] = {}
     if device == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..llm.base import LLMRequest, Message
+from ..targets.introspect import describe_in_subprocess
 from .observation import build_observation, droppable, fence
 from .state import Node, SearchState
 from .techniques import DESCRIPTIONS, LOOP, NAMES
@@ -243,8 +244,6 @@ def render_inputs(desc: dict[str, Any], workloads: list[dict[str, Any]], native:
 def describe_target(target: TargetInfo, workloads: list[dict[str, Any]], root: Path) -> dict[str, Any] | None:
     """:func:`~pytest_maxcode.targets.introspect.describe_spec` for a marked target or a
     KernelBench problem, in a child process; None (the prompt says less) when it fails."""
-    from ..targets.introspect import describe_in_subprocess
-
     if target.kind == "program" or not workloads:
         return None
     captured = [[w["name"], w["captured"]] for w in workloads if w.get("captured")]
