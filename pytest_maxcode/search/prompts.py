@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..llm.base import LLMRequest, Message
 from ..targets.introspect import describe_in_subprocess
-from .observation import build_observation, droppable, fence
+from .observation import Observation, build_observation, droppable, fence
 from .state import Node, SearchState
 from .techniques import DESCRIPTIONS, LOOP, NAMES
 
@@ -280,7 +280,12 @@ def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mo
     lines are left out first, as few as bring it under (the best-so-far's and the parent's
     stay); what else it holds is never cut, so a prompt may still be over when nothing is left
     to drop."""
-    text = _user_message(ctx, state, parent, mode, parts, permitted, 0)
+
+    def with_drop(drop: int) -> str:
+        """The message with the ``drop`` oldest droppable trajectory lines left out."""
+        return _compose(ctx, state, parent, mode, permitted, build_observation(state, parts, parent, drop))
+
+    text = with_drop(0)
     if "trajectory" not in parts or not state.trajectory:
         return text
     room = ctx.prompt_tokens - estimate_tokens(ctx.system())
@@ -290,18 +295,17 @@ def user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mo
     lo, hi = 1, len(droppable(state, pinned))  # the fewest lines to drop: the smallest that fits
     while lo < hi:
         mid = (lo + hi) // 2
-        if estimate_tokens(_user_message(ctx, state, parent, mode, parts, permitted, mid)) <= room:
+        if estimate_tokens(with_drop(mid)) <= room:
             hi = mid
         else:
             lo = mid + 1
-    return _user_message(ctx, state, parent, mode, parts, permitted, hi)
+    return with_drop(hi)
 
 
-def _user_message(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, parts: tuple[str, ...],
-                  permitted: tuple[str, ...] | None, drop: int) -> str:
-    """The message with the ``drop`` oldest droppable trajectory lines left out. Seven
-    parameters: ``user_message``'s six and the cut it chose."""
-    obs = build_observation(state, parts, parent, drop)
+def _compose(ctx: PromptContext, state: SearchState, parent: Node | None, mode: str, permitted: tuple[str, ...] | None,
+             obs: Observation) -> str:
+    """The message around an observation already cut to fit: the baseline, the observation, the
+    parent's code where the observation does not show it, the permitted techniques, the task."""
     blocks = []
     if state.baseline_s and ctx.fmt == "program":
         blocks.append(f"## Baseline\nThe reference takes {state.baseline_s * 1e3:.2f} ms per test case (median, geometric mean over the test cases).")
