@@ -292,44 +292,25 @@ def build_all(
     batch are writable: a candidate's ``#include`` cannot reach the user's credentials,
     nor its build anything outside its own folder (the trusted records are outside them).
     A cached library is reused only while it hashes to its record; ``force`` rebuilds anyway.
+
+    Eight parameters because the six after the first two are keyword-only options with
+    defaults, and each caller (the oracle, the dispatcher, bench-ab, the tests) sets the one or
+    two it needs.
     """
     root = cache_dir / "native"
     root.mkdir(parents=True, exist_ok=True)
     results: list[BuildResult] = []
     todo: dict[str, tuple[BuildResult, list[str], Path]] = {}
     for src in sources:
-        exe = compiler_for(src.lang)
-        flags = flags_for(src.lang, cxxflags, nvccflags)
-        key = cache_key(src, exe, flags)
-        d = root / key[:2] / key
-        ext = ".cu" if src.lang == "cuda" else ".cpp"
-        src_path = d / f"candidate{ext}"
-        # the compiler writes a private name; this process adopts it as lib-<sha256>.so
-        out = d / f"build-{os.getpid()}-{uuid.uuid4().hex[:12]}.so"
-        command = [exe, *flags, f"-I{INCLUDE_DIR}", str(src_path), "-o", str(out)]
-        res = BuildResult(src, False, None, 0.0, False, key, command)
+        res, d = _planned(src, root, cxxflags, nvccflags)
         results.append(res)
-        if key in todo:
+        if res.key in todo:
             continue
-        rec = read_record(root, key)
-        if rec is not None and not force:
-            lib = d / rec.library_name
-            try:
-                verify_artifact(lib, rec.sha256)
-            except IntegrityError as e:
-                if lib.exists() or lib.is_symlink():  # a library merely gone (a cleaned cache) is no alarm
-                    res.integrity = f"the cached library was discarded and rebuilt: {e.reason}"
-            else:
-                res.ok, res.library, res.cached, res.sha256 = True, lib, True, rec.sha256
-                res.compile_s, res.command = rec.compile_s, rec.command or command
-                continue
-        if d.is_symlink() or (d.exists() and not d.is_dir()):
-            d.unlink()  # a folder swapped for a link would let the compiler write elsewhere
-        d.mkdir(parents=True, exist_ok=True)
-        if rec is not None:
-            (d / rec.library_name).unlink(missing_ok=True)
-        src_path.write_text(src.text)
-        todo[key] = (res, command, d)
+        rec = read_record(root, res.key)
+        if rec is not None and not force and _reused(res, rec, d):
+            continue
+        _stage(res, d, rec)
+        todo[res.key] = (res, res.command, d)
     if todo:
         _run_ninja(todo, root, timeout, jobs, isolation)
     for r in results:
@@ -338,6 +319,49 @@ def build_all(
             r.ok, r.library, r.compile_s, r.log, r.errors = first.ok, first.library, first.compile_s, first.log, first.errors
             r.sha256, r.integrity, r.command = first.sha256, first.integrity, first.command
     return results
+
+
+def _planned(src: Source, root: Path, cxxflags: Sequence[str] | None, nvccflags: Sequence[str] | None) -> tuple[BuildResult, Path]:
+    """A source's result, not built yet (its cache key and command), and its build folder."""
+    exe = compiler_for(src.lang)
+    flags = flags_for(src.lang, cxxflags, nvccflags)
+    key = cache_key(src, exe, flags)
+    d = root / key[:2] / key
+    src_path = d / _source_name(src.lang)
+    # the compiler writes a private name; this process adopts it as lib-<sha256>.so
+    out = d / f"build-{os.getpid()}-{uuid.uuid4().hex[:12]}.so"
+    command = [exe, *flags, f"-I{INCLUDE_DIR}", str(src_path), "-o", str(out)]
+    return BuildResult(src, False, None, 0.0, False, key, command), d
+
+
+def _source_name(lang: str) -> str:
+    return f"candidate{'.cu' if lang == 'cuda' else '.cpp'}"
+
+
+def _reused(res: BuildResult, rec: BuildRecord, d: Path) -> bool:
+    """Whether ``rec``'s cached library still hashes to the record (``res`` is then filled in from
+    it); a library changed since is discarded (``res.integrity`` says why) and built again."""
+    lib = d / rec.library_name
+    try:
+        verify_artifact(lib, rec.sha256)
+    except IntegrityError as e:
+        if lib.exists() or lib.is_symlink():  # a library merely gone (a cleaned cache) is no alarm
+            res.integrity = f"the cached library was discarded and rebuilt: {e.reason}"
+        return False
+    res.ok, res.library, res.cached, res.sha256 = True, lib, True, rec.sha256
+    res.compile_s, res.command = rec.compile_s, rec.command or res.command
+    return True
+
+
+def _stage(res: BuildResult, d: Path, rec: BuildRecord | None) -> None:
+    """The build folder, made ready for the compiler: a real folder holding the source, without
+    the library ``rec`` recorded (it did not verify, or ``force`` rebuilds it)."""
+    if d.is_symlink() or (d.exists() and not d.is_dir()):
+        d.unlink()  # a folder swapped for a link would let the compiler write elsewhere
+    d.mkdir(parents=True, exist_ok=True)
+    if rec is not None:
+        (d / rec.library_name).unlink(missing_ok=True)
+    (d / _source_name(res.source.lang)).write_text(res.source.text)
 
 
 def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path, timeout: float, jobs: int | None,
@@ -385,7 +409,7 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
             shown = res.source.path.name
             if not res.log.strip():
                 res.log = f"the build did not finish within {int(timeout)} s" if res.compile_s >= timeout else "the build failed"
-            res.errors = trim_errors(res.log, shown, str(d / f"candidate{'.cu' if res.source.lang == 'cuda' else '.cpp'}"))
+            res.errors = trim_errors(res.log, shown, str(d / _source_name(res.source.lang)))
             if res.compile_s >= timeout - 1:
                 res.errors.insert(0, f"the build did not finish within {int(timeout)} s")
 
