@@ -303,9 +303,9 @@ def _search(setup: Setup, root: Path, settings: Settings, start: float, ctx: Sea
     policy_name, strategy_name = search_names(settings, has_llm=llm is not None)
     result = SearchResult(target, state, "", workloads, strategy=strategy_name, policy=policy_name, device=device)
     budget = Budget(target_limits(target, settings), ctx.run_meter)
+    makings = _Makings(target, root, device, settings, ctx, budget)
     try:
-        strategy = _make_strategy(strategy_name, settings, hook, scorer_llm=ctx.scorer_llm, target_id=target.id, budget=budget, run_id=run_id,
-                                  value_dir=root / ".maxcode" / "value")
+        strategy = _make_strategy(strategy_name, makings)
     except MaxcodeError as e:
         result.error, result.stop_reason = str(e), "the search could not start"
         return result
@@ -319,14 +319,14 @@ def _search(setup: Setup, root: Path, settings: Settings, start: float, ctx: Sea
             setup.prepared()
             oracle.eval_key = evaluation_key(setup.config, [w.get("key") or w["signature"] for w in workloads], setup.reference_norm)
             build = " ".join(["g++", *(setup.config.cxxflags or [])]) if target.kind == "program" else ""
-            policy = builtin or _make_policy(policy_name, target, root, device, settings, hook, llm, budget, run_id, workloads, result, build)
+            policy = builtin or _make_policy(policy_name, makings, workloads, result, build)
             merged = BuiltinPolicy(target, root, device, torch_compile=False).accepted() if builtin is None else None
             if merged is not None:  # a model improves on the kernel the lock accepts (the built-in policy starts with it)
                 policy = AcceptedFirst(policy, merged)
             if hook is not None:
                 policy = HookedProposer(hook, policy, target, candidates_dir(root, target.id), _native_lang(target, device))
             strategy.initialize(state, policy, StrategyParams(k=settings.k, depth=settings.depth, width=settings.width))
-            critic = _make_critic(ctx.critic_llm, target, _candidate_lang(target, device, settings), settings, budget, run_id)
+            critic = _make_critic(makings)
             result.critic = critic.label
             judge = Judge(target, oracle, store, run_id, lock, progress, result, settings.remeasure)
             result.stop_reason = _run(strategy, policy, state, budget, judge, hook, llm is not None and builtin is None, critic)
@@ -354,12 +354,26 @@ def _candidate_lang(target: TargetInfo, device: str, settings: Settings) -> str:
     return _native_lang(target, device)
 
 
-def _make_strategy(name: str, settings: Settings, hook: Any, *, value_dir: Path, scorer_llm: Any = None, target_id: str = "",
-                   budget: Budget | None = None, run_id: int | None = None) -> Strategy:
+@dataclass(frozen=True)
+class _Makings:
+    """What one target's strategy, policy and critic are made from: the target, where it is
+    searched (the project's root, the device), the run's settings and shared context (the
+    plugins' hook, the models, the run), and the target's budget, which all three charge."""
+
+    target: TargetInfo
+    root: Path
+    device: str
+    settings: Settings
+    ctx: SearchContext
+    budget: Budget
+
+
+def _make_strategy(name: str, makings: _Makings) -> Strategy:
     """The strategy by name (a plugin's first), with its qd schedule and its reranker; the light
-    reranker's model is read from ``value_dir`` (the project's .maxcode/value/)."""
-    if hook is not None:
-        found = hook.pytest_maxcode_strategy(name=name, settings=settings)
+    reranker's model is read from the project's .maxcode/value/."""
+    settings, ctx, target_id, budget = makings.settings, makings.ctx, makings.target.id, makings.budget
+    if ctx.hook is not None:
+        found = ctx.hook.pytest_maxcode_strategy(name=name, settings=settings)
         if found is not None:
             return found
     try:
@@ -378,28 +392,34 @@ def _make_strategy(name: str, settings: Settings, hook: Any, *, value_dir: Path,
             raise MaxcodeError(f"--maxcode-rerank={rerank} works with --maxcode-strategy=maxcode, not {name}")
         top = settings.rerank_count()
         if rerank == "light":
-            strategy.rerank = LightScorer(value_dir, top, budget)  # the budget only plans steps: no LLM calls
-        elif scorer_llm is None:
+            # the budget only plans steps: no LLM calls
+            strategy.rerank = LightScorer(makings.root / ".maxcode" / "value", top, budget)
+        elif ctx.scorer_llm is None:
             raise MaxcodeError("--maxcode-rerank=llm needs a scoring model: set --maxcode-rerank-llm=openai:MODEL@URL")
         else:
-            strategy.rerank = LLMScorer(scorer_llm, top, target_id=target_id, budget=budget, run_id=run_id,
+            strategy.rerank = LLMScorer(ctx.scorer_llm, top, target_id=target_id, budget=budget, run_id=ctx.run_id,
                                         concurrency=settings.llm_concurrency)
     return strategy
 
 
-def _make_critic(service: Any, target: TargetInfo, lang: str, settings: Settings, budget: Budget, run_id: int | None) -> Any:
+def _make_critic(makings: _Makings) -> Any:
     """The rule critic, or an LLM critic when a critic model is configured (--maxcode-critic)."""
-    if service is None:
+    target, settings, ctx = makings.target, makings.settings, makings.ctx
+    if ctx.critic_llm is None:
         return RuleCritic()
-    return LLMCritic(service, reference=target_reference_text(target), lang=lang, run_id=run_id,
-                     target_id=target.id, budget=budget, thinking_tokens=settings.critic_thinking_tokens,
+    lang = _candidate_lang(target, makings.device, settings)
+    return LLMCritic(ctx.critic_llm, reference=target_reference_text(target), lang=lang, run_id=ctx.run_id,
+                     target_id=target.id, budget=makings.budget, thinking_tokens=settings.critic_thinking_tokens,
                      concurrency=settings.llm_concurrency)
 
 
-def _make_policy(name: str, target: TargetInfo, root: Path, device: str, settings: Settings, hook: Any, llm: Any,
-                 budget: Budget, run_id: int | None, workloads: list[dict[str, Any]], result: SearchResult, build: str = "") -> Proposer:
-    if hook is not None:
-        found = hook.pytest_maxcode_policy(name=name, target=target, settings=settings)
+def _make_policy(name: str, makings: _Makings, workloads: list[dict[str, Any]], result: SearchResult, build: str = "") -> Proposer:
+    """The policy by name (a plugin's first), else the LLM policy: its prompt's context (the
+    target, its workloads, the machine, the build command) and its observation; names the model
+    and the observation in ``result``."""
+    target, root, device, settings, llm = makings.target, makings.root, makings.device, makings.settings, makings.ctx.llm
+    if makings.ctx.hook is not None:
+        found = makings.ctx.hook.pytest_maxcode_policy(name=name, target=target, settings=settings)
         if found is not None:
             return found
     if name != "llm":
@@ -422,8 +442,8 @@ def _make_policy(name: str, target: TargetInfo, root: Path, device: str, setting
     )
     result.llm = f"{llm.client.provider}:{llm.client.model}"
     result.observation = "+".join(parts)
-    return LLMPolicy(llm, ctx, candidates_dir(root, target.id), observation=parts, budget=budget, run_id=run_id,
-                     concurrency=settings.llm_concurrency, seed=settings.search_seed)
+    return LLMPolicy(llm, ctx, candidates_dir(root, target.id), observation=parts, budget=makings.budget,
+                     run_id=makings.ctx.run_id, concurrency=settings.llm_concurrency, seed=settings.search_seed)
 
 
 def describe_device(device: str) -> dict[str, Any]:
