@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from . import options
+from . import hookspec, options
+from .errors import MaxcodeError
 
 
 def pytest_addhooks(pluginmanager: Any) -> None:
-    from . import hookspec
-
     pluginmanager.add_hookspecs(hookspec)
 
 
@@ -35,7 +34,7 @@ def pytest_configure(config: Any) -> None:
         settings = options.load_settings(cli, config.rootpath / "pyproject.toml")
     except ValueError as e:
         raise pytest.UsageError(f"maxcode: {e}") from None
-    from .errors import MaxcodeError
+    # the session brings the search, the oracle and torch: only a --maxcode run loads it, which keeps start-up fast
     from .session import MaxcodeSession
 
     try:
@@ -50,9 +49,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
     if session is None:
         return
     if session.report is not None:
+        # rich and the report load only to print a run's report: keeps start-up fast
         from rich.console import Console
 
-        from .report import render_terminal
+        from .report import render_terminal  # keeps start-up fast, as rich does
 
         buf = io.StringIO()
         width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 80)
@@ -61,6 +61,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         terminalreporter.write(buf.getvalue())
         for kind, path in session.report_paths.items():
             terminalreporter.write_line(f"maxcode {kind} report: {path}")
+        # the search layer, loaded by a --maxcode run only: keeps start-up fast
         from .search.policy import without_model_note
 
         searched = [t["id"] for t in session.report.get("targets", []) if t.get("status") != "skipped"]

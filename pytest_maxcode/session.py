@@ -1,7 +1,7 @@
 """A ``pytest --maxcode`` run: capture while the tests run, then search, verify, report, apply.
 
-Registered by the plugin only when ``--maxcode`` is given; imports the heavy layers
-only then.
+Imported and registered by the plugin only when ``--maxcode`` is given, so the heavy layers
+it imports at its top (the search, the oracle, torch) load only then.
 """
 
 from __future__ import annotations
@@ -13,12 +13,17 @@ import shutil
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
+import torch
 
 from ._version import __version__
+from .apply import apply_report
+from .errors import MaxcodeError, SearchInterrupted
+from .llm import make_critic_service, make_scorer_service, make_service
 from .model.report import (
     BestKernel,
     CandidateCounts,
@@ -29,13 +34,32 @@ from .model.report import (
     TargetStatus,
 )
 from .model.search import NodeRow
+from .model.verdict import Verdict
+from .native.build import cuda_arch
 from .options import Settings, accepts_range_limited
-from .targets.capture import Recorder, TargetCapture
+from .oracle.probe import machine_fingerprint
+from .oracle.program import rerun_test_cases
+from .remeasure import command
+from .report import validate, write_reports
+from .report.tree import best_so_far_curve, curves_by_strategy
+from .search.budget import Meter
+from .search.loop import (
+    SearchContext,
+    run_limits,
+    search_names,
+    search_program,
+    search_target,
+)
+from .search.policy import TargetInfo
+from .search.reward import reward
+from .search.strategies import STRATEGIES
+from .store import Store, damage, default_path, move_aside
+from .targets.capture import Recorder, TargetCapture, signature
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
-
-if TYPE_CHECKING:
-    from .model.verdict import Verdict
-    from .store import Store
+from .targets.lock import sha256_text
+from .targets.program import parse_programs
+from .value.model import MODEL_FILE
+from .verify import run_tests_with_file, verify
 
 EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
 #: the tests passed but maxcode failed: a search failed, or --maxcode-target matched nothing
@@ -60,22 +84,14 @@ class MaxcodeSession:
         self.interrupted: int | None = None
         self._finished: list[TargetResult] = []
         self._notes: list[str] = []
-        from .errors import MaxcodeError
-        from .llm import make_critic_service, make_scorer_service, make_service
-        from .store import default_path
-
         self._check_store(default_path(self.root))
         # configuration problems (no key, a bad spec) stop the run here, before any test runs
         self.llm = make_service(settings, self.root, default_path(self.root))
         self.critic_llm = make_critic_service(settings, self.root, default_path(self.root), self.llm)
         self.scorer_llm = make_scorer_service(settings, self.root, default_path(self.root), self.llm)
-        from .search.loop import search_names
-
         self.policy_name, self.strategy_name = search_names(settings, has_llm=self.llm is not None)
         self._check_policy()
         self._check_strategy()
-        from .targets.program import parse_programs
-
         try:
             programs = parse_programs(settings.programs, self.root)
         except ValueError as e:
@@ -87,8 +103,6 @@ class MaxcodeSession:
 
     def _check_store(self, path: Path) -> None:
         """A damaged store is moved aside (kept) before any test runs: the search starts afresh."""
-        from .store import damage, move_aside
-
         why = damage(path) if path.is_file() else None
         if why is not None:
             dest = move_aside(path)
@@ -97,8 +111,6 @@ class MaxcodeSession:
 
     def _check_policy(self) -> None:
         """An unknown --maxcode-policy is a usage error now, not a failed search per target."""
-        from .errors import MaxcodeError
-
         name = self.policy_name
         if name == "builtin":
             return
@@ -119,14 +131,9 @@ class MaxcodeSession:
                                "pytest_maxcode_policy)")
 
     def _check_strategy(self) -> None:
-        from .errors import MaxcodeError
-        from .search.strategies import STRATEGIES
-
         if self.settings.rerank == "llm" and self.strategy_name != "maxcode":
             raise MaxcodeError("--maxcode-rerank=llm reranks the maxcode strategy's proposals; add --maxcode-strategy=maxcode")
         if self.settings.rerank == "light":
-            from .value.model import MODEL_FILE
-
             model = self.root / ".maxcode" / "value" / MODEL_FILE
             if not model.is_file():
                 raise MaxcodeError(f"--maxcode-rerank=light: no value model at {model}; train one with maxcode value train")
@@ -157,8 +164,6 @@ class MaxcodeSession:
         """The searches' progress line; after Ctrl-C it stops a search running in a worker
         thread (KeyboardInterrupt reaches only the main thread)."""
         if self._stop.is_set() and threading.current_thread() is not threading.main_thread():
-            from .errors import SearchInterrupted
-
             raise SearchInterrupted("interrupted")
         self._say(message)
 
@@ -215,8 +220,6 @@ class MaxcodeSession:
             # a filtered or interrupted run keeps the previous report's other targets
             targets=self._merged(targets) if self.settings.target or self.interrupted is not None else targets,
         )
-        from .report import write_reports
-
         self.report = self._published(report)
         out = self.root / ".maxcode" / "reports"
         self.report_paths = write_reports(self.report, out)
@@ -225,8 +228,6 @@ class MaxcodeSession:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.report_paths["json"], dest)
         if self.settings.apply and self.interrupted is None:
-            from .apply import apply_report
-
             for line in apply_report(self.report, self.root):
                 self._say(line)
         failed = [t for t in targets if t.status == TargetStatus.FAILED]
@@ -250,8 +251,6 @@ class MaxcodeSession:
         data = report.to_json()
         self.config.hook.pytest_maxcode_report(report=data, config=self.config)
         try:
-            from .report import validate
-
             errors = validate(data)
         except ImportError:  # jsonschema is optional
             errors = []
@@ -271,12 +270,6 @@ class MaxcodeSession:
         return sorted(kept + targets, key=lambda t: str(t.id))
 
     def _optimize_all(self) -> list[TargetResult]:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from .search.budget import Meter
-        from .search.loop import run_limits
-        from .store import Store, default_path
-
         files = self.recorder.save(self.root)
         path = default_path(self.root)
         with Store(path) as store:
@@ -360,9 +353,6 @@ class MaxcodeSession:
     def _keep_cut_batch(self, store: Store, run_id: int) -> None:
         """The evaluations of the batch Ctrl-C cut short become nodes (without a parent), so
         ``maxcode show`` lists every finished evaluation of an interrupted run."""
-        from .model.verdict import Verdict
-        from .search.reward import reward
-
         steps: dict[str, int] = {}
         for row in store.evaluations_without_nodes(run_id):
             target = row["target_id"]
@@ -379,15 +369,10 @@ class MaxcodeSession:
                                    candidate_s=row["candidate_s"], reasons=(row["reasons"] or [])[:3]))
 
     def _search_context(self, store: Store, run_id: int, run_meter: Any) -> Any:
-        from .search.loop import SearchContext
-
         return SearchContext(store, run_id, self._progress, hook=self.config.hook, llm=self.llm, run_meter=run_meter,
                              oracle_lock=self._oracle_lock, critic_llm=self.critic_llm, scorer_llm=self.scorer_llm)
 
     def _optimize(self, cap: TargetCapture, captured: list[Path], store: Store, run_id: int, run_meter: Any = None) -> TargetResult:
-        from .search.loop import search_target
-        from .search.policy import TargetInfo
-
         h = cap.handle
         if h.options.inplace and h.kind == "module":
             return TargetResult.skipped(cap.handle.id, "inplace=True is for functions that write into their tensor arguments, not nn.Modules", cap.callers)
@@ -418,9 +403,6 @@ class MaxcodeSession:
         return entry
 
     def _optimize_program(self, program: Any, store: Store, run_id: int, run_meter: Any = None) -> TargetResult:
-        from .search.loop import search_program
-        from .targets.lock import sha256_text
-
         if program.id in self.recorder.targets:
             why = f"a marked Python target is also called {program.id}; rename [tool.maxcode.programs.{program.id}]"
             return TargetResult.skipped(program.id, why, [], kind="program")
@@ -439,8 +421,6 @@ class MaxcodeSession:
 
     def _verify_program(self, program: Any, entry: TargetResult) -> None:
         """The written rewrite, compiled afresh, on every test case once more: what apply and the bot ship."""
-        from .oracle.program import rerun_test_cases
-
         assert entry.best is not None  # only a target with a faster kernel is verified
         best = entry.best
         text = (self.root / best.source_path).read_text()
@@ -451,8 +431,6 @@ class MaxcodeSession:
         if not passed:
             reason = f"the program's test cases did not pass on a fresh build: {summary}"
         elif program.tests:
-            from .verify import run_tests_with_file
-
             self._say(f"{program.id}: re-running {' '.join(program.tests)} with the rewrite in a copy of the project")
             run = run_tests_with_file(self.root, program.source, text, list(program.tests), program.id)
             passed = run.passed
@@ -467,10 +445,6 @@ class MaxcodeSession:
         entry.status = TargetStatus.VERIFIED if verified else TargetStatus.NOT_VERIFIED
 
     def _declared_inputs(self, cap: TargetCapture) -> Path:
-        import torch
-
-        from .targets.capture import signature
-
         values = list(cap.handle.options.inputs())
         sig = signature(tuple(values))
         path = self.root / ".maxcode" / "inputs" / cap.handle.id / "declared.pt"
@@ -480,8 +454,6 @@ class MaxcodeSession:
 
     def _verify(self, cap: TargetCapture, entry: TargetResult) -> None:
         """The user's tests (and benchmarks) re-run with the written kernel forced in."""
-        from .verify import verify
-
         assert entry.best is not None  # only a target with a faster kernel is verified
         best = entry.best
         self._say(f"{cap.handle.id}: re-running {len(cap.callers)} test(s) with {Path(best.source_path).name}")
@@ -502,25 +474,16 @@ class MaxcodeSession:
 
 
 def _cuda_available() -> bool:
-    import torch
-
     return torch.cuda.is_available()
 
 
 def _machine(device: str) -> dict[str, Any]:
-    import torch
-
-    from .oracle.probe import machine_fingerprint
-
     fp = machine_fingerprint(device if device != "cuda" or torch.cuda.is_available() else "cpu")
     return {k: fp[k] for k in ("host", "cpu", "cores", "torch", "device", "gpu") if k in fp}
 
 
 def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Store | None = None) -> TargetResult:
     """The report entry for one searched target (verification fills in the rest)."""
-    from .native.build import cuda_arch
-    from .report.tree import curves_by_strategy
-
     state = result.state
     entry = TargetResult.skipped(target_id, "", rerun)
     trajectory, failed = _trajectory_rows(result)
@@ -555,8 +518,6 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
 
 def _trajectory_rows(result: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """One report row per evaluated node, and how many candidates failed, by status."""
-    from .report.tree import best_so_far_curve
-
     failed: dict[str, int] = {}
     rows = []
     for node in result.state.trajectory:
@@ -610,8 +571,6 @@ def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
         entry.pack = packs.pop() if len(packs) == 1 else "other"
     entry.measurement = _measurement(v)
     if v.speedup is not None and v.speedup_ci:
-        from .remeasure import command
-
         entry.remeasure = {"command": command(entry.id), "expect": list(v.speedup_ci)}
     if v.status == "faster":
         entry.status, entry.reason = TargetStatus.FASTER, v.reasons[0] if v.reasons else ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .oracle.stats import runs_speedup
 from .sandbox.env import scrubbed_env
 
 RERUN_TIMEOUT = 1800
@@ -154,8 +156,6 @@ def benchmark_speedups(refs: list[TestRun], cands: list[TestRun]) -> list[dict[s
     The candidate's runs loaded candidate code, which could have touched the timer: these numbers
     are the user's own view of the change and decide nothing (the verdict is the oracle's).
     """
-    from .oracle.stats import runs_speedup
-
     out = []
     for name in refs[0].benchmarks if refs else []:
         pairs = [(r.rounds[name], c.rounds[name]) for r, c in zip(refs, cands) if name in r.rounds and name in c.rounds]
@@ -174,8 +174,6 @@ def benchmark_speedups(refs: list[TestRun], cands: list[TestRun]) -> list[dict[s
 
 
 def _pooled(runs: list[list[float]]) -> dict[str, float]:
-    import statistics
-
     values = [x for run in runs for x in run]
     return {
         "median_s": statistics.median(values),
