@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -12,13 +13,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from . import options
+from ._extras import require
 from ._files import write_atomic
 from ._styles import STATUS_STYLE
 from ._version import __version__
-from .bench.ablation import OBSERVATIONS
+from .apply import apply_report
+from .bench import kernelbench, pie
+from .bench.ablation import OBSERVATIONS, ablate, markdown_table
+from .bot.github import client
+from .bot.memory import DEFAULT_REJECT_MARGIN as REJECT_MARGIN
+from .bot.memory import status_lines
+from .bot.pr import DEFAULT_AUTHOR, DEFAULT_MAX_WAIT, Bot
+from .bot.pr import DEFAULT_REPLACE_MARGIN as REPLACE_MARGIN
 from .errors import MaxcodeError
-from .report import fmt_time
+from .report import fmt_time, validate
+from .report.tree import best_node, render_tree
+from .sandbox.env import hide_own_environment
 from .tables import Regressions, parse_regressions
+from .targets.accept import reference_hash_in_file
+from .targets.dispatch import entry_state
+from .targets.lock import find_lock, read_lock
 
 if TYPE_CHECKING:
     from .bot.compare import CompareResult
@@ -260,8 +274,6 @@ def _add_bench(sub: Subcommands) -> None:
         description="Run a benchmark suite with the field's metrics; each writes a JSON result and a markdown table.",
     )
     suites = bench.add_subparsers(dest="suite", required=True, parser_class=_Parser)
-    from .bench import kernelbench, pie
-
     kernelbench.add_arguments(suites.add_parser("kernelbench", help="KernelBench: correctness, fast_p, geomean speedup vs eager and torch.compile",
                                                 description=kernelbench.DESCRIPTION))
     pie.add_arguments(suites.add_parser("pie", help="PIE: C++ programs on stdin/stdout test cases; mean speedup, %%Opt, correctness",
@@ -296,9 +308,6 @@ def _add_ablate(sub: Subcommands) -> None:
 
 def _add_bot_limits(pr: argparse.ArgumentParser) -> None:
     """``maxcode pr``'s waits and the margins of the bot's memory."""
-    from .bot.memory import DEFAULT_REJECT_MARGIN as REJECT_MARGIN
-    from .bot.pr import DEFAULT_MAX_WAIT, DEFAULT_REPLACE_MARGIN as REPLACE_MARGIN
-
     pr.add_argument("--max-wait", type=options.positive_float, default=DEFAULT_MAX_WAIT, metavar="SECONDS",
                     help=f"the longest wait for GitHub's rate limit to reset (default {DEFAULT_MAX_WAIT:g}); a later reset "
                          "ends the run with one line saying when")
@@ -329,8 +338,7 @@ def _add_remeasure(sub: Subcommands) -> None:
 
 
 def cmd_remeasure(ns: argparse.Namespace) -> int:
-    from .remeasure import holds, remeasure
-    from .sandbox.env import hide_own_environment
+    from .remeasure import holds, remeasure  # the oracle and torch: keeps start-up fast
 
     hide_own_environment()
     console = _console()
@@ -341,9 +349,6 @@ def cmd_remeasure(ns: argparse.Namespace) -> int:
 
 
 def cmd_apply(ns: argparse.Namespace) -> int:
-    from .apply import apply_report
-    from .report import validate
-
     path = Path(ns.report)
     if not path.is_file():
         raise MaxcodeError(f"{path}: no such report; run pytest --maxcode first")
@@ -362,12 +367,6 @@ def cmd_apply(ns: argparse.Namespace) -> int:
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
-    from .targets.accept import reference_hash_in_file
-    from .targets.dispatch import entry_state
-    from .targets.lock import find_lock, read_lock
-
-    from .bot.memory import status_lines
-
     lock = find_lock(Path.cwd())
     held_back = status_lines(lock.parent if lock else Path.cwd())
     if lock is None:
@@ -395,6 +394,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        # rich loads when a table is printed: keeps start-up fast
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
@@ -417,7 +417,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
 
 def _find_store(given: str | None) -> Path:
     """The store to read: --store, else .maxcode/maxcode.db in the nearest folder (this one or above) with .maxcode/."""
-    from .store import default_path
+    from .store import default_path  # sqlite3 and the store: keeps start-up fast
 
     if given is not None:
         path = Path(given)
@@ -436,8 +436,6 @@ def _find_store(given: str | None) -> Path:
 
 def _match_target(pattern: str, ids: list[str]) -> str:
     """An exact id, else the one id a glob (with * ? [) or a substring matches."""
-    import fnmatch
-
     if pattern in ids:
         return pattern
     if any(c in pattern for c in "*?["):
@@ -547,6 +545,7 @@ def _list_targets(store, run: int | None, as_json: bool) -> int:
     if not rows:
         print(f"no search trees in {store.path} yet; run pytest --maxcode")
         return 0
+    # rich loads when a table is printed: keeps start-up fast
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -563,6 +562,7 @@ def _list_targets(store, run: int | None, as_json: bool) -> int:
 
 
 def cmd_value(ns: argparse.Namespace) -> int:
+    # sqlite3, the store and the value model: keeps start-up fast
     from .store import Store
     from .value import model as vm
 
@@ -600,9 +600,10 @@ def cmd_value(ns: argparse.Namespace) -> int:
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
+    # sqlite3 and the store load when a store is read: keeps start-up fast
     import sqlite3
 
-    from .store import Store
+    from .store import Store  # keeps start-up fast, as sqlite3 does
 
     path = _find_store(ns.store)
     try:
@@ -634,10 +635,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
         if ns.json:
             _dump_json([dict(n, cost_usd=costs.get(n["llm_call_id"], 0.0) if n["llm_call_id"] is not None else 0.0) for n in nodes])
             return 0
+        # rich loads when a tree is drawn: keeps start-up fast
         from rich.console import Console
         from rich.text import Text
-
-        from .report.tree import best_node, render_tree
 
         console = Console()
         render_tree(nodes, console, costs)
@@ -660,7 +660,7 @@ def _check_settings(ns: argparse.Namespace, candidate_paths: Sequence[str]) -> o
     pyproject = Path.cwd() / "pyproject.toml" if ns.profile is not None else None
     auto = "cpu"
     if any(Path(p).suffix == ".cu" for p in candidate_paths):
-        import torch
+        import torch  # only to look for a GPU: keeps start-up fast
 
         auto = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -671,7 +671,7 @@ def _check_settings(ns: argparse.Namespace, candidate_paths: Sequence[str]) -> o
 
 
 def _config(settings: options.Settings):
-    from .oracle.check import CheckConfig
+    from .oracle.check import CheckConfig  # with torch: keeps start-up fast
 
     if settings.seeds < 2:
         raise MaxcodeError("--seeds: at least 2 random input sets are needed to catch replayed results")
@@ -696,9 +696,9 @@ def _config(settings: options.Settings):
 
 
 def cmd_check(ns: argparse.Namespace) -> int:
+    # the oracle (torch with it) and the store load when a check runs: keeps start-up fast
     from .oracle.check import CandidateSpec, Oracle
     from .oracle.reference import parse_reference
-    from .sandbox.env import hide_own_environment
     from .store import Store, default_path
 
     settings = _check_settings(ns, ns.candidates)
@@ -722,7 +722,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
         store.finish_run(run_id)
     repeats = []
     if ns.repeat:
-        from .oracle.repeat import repeat
+        from .oracle.repeat import repeat  # the oracle: keeps start-up fast
 
         for cand, v in zip(candidates, verdicts):
             if v.correct and v.speedup_ci:
@@ -741,7 +741,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
 
 def _console():
     try:
-        from rich.console import Console
+        from rich.console import Console  # when a command logs: keeps start-up fast
     except ImportError:
         return None
     return Console(stderr=True)
@@ -749,6 +749,7 @@ def _console():
 
 
 def _print_verdicts(verdicts, workloads, device: str) -> None:
+    # rich loads when a table is printed: keeps start-up fast
     from rich.console import Console
     from rich.table import Table
 
@@ -783,9 +784,7 @@ def _print_verdicts(verdicts, workloads, device: str) -> None:
 
 
 def cmd_ablate(ns: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from .bench.ablation import ablate, markdown_table
+    from rich.console import Console  # when the command runs: keeps start-up fast
 
     root = Path.cwd()
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
@@ -817,7 +816,7 @@ def _regressions_table(ns: argparse.Namespace) -> Regressions:
 
 def _emit_comparison(ns: argparse.Namespace, result: CompareResult) -> int:
     """The markdown table on stdout (and in --markdown), the JSON in --json; the exit status."""
-    from .bot import compare as cmp
+    from .bot import compare as cmp  # when a comparison is made: keeps start-up fast
 
     text = cmp.markdown(result)
     if ns.markdown:
@@ -829,7 +828,7 @@ def _emit_comparison(ns: argparse.Namespace, result: CompareResult) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from .bot import compare as cmp
+    from .bot import compare as cmp  # when the command runs: keeps start-up fast
 
     reg = _regressions_table(ns)
     result = cmp.compare(cmp.load_timings(Path(ns.base)), cmp.load_timings(Path(ns.head)),
@@ -847,6 +846,7 @@ def _branch_name(ns: argparse.Namespace, ref: str) -> str:
 
 
 def cmd_bench_ab(ns: argparse.Namespace) -> int:
+    # the A/B runner and the history load when the command runs: keeps start-up fast
     from .bench import ab
     from .bench.history import History, Record
 
@@ -884,6 +884,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
 
 
 def cmd_bench_record(ns: argparse.Namespace) -> int:
+    # the A/B runner and the history load when the command runs: keeps start-up fast
     from .bench import ab
     from .bench.history import History, Record
 
@@ -911,7 +912,7 @@ def _say(console: Any, text: str) -> None:
 
 
 def _git_root(where: Path) -> Path:
-    import git
+    git = require("git", "maxcode bench-ab")
 
     try:
         return Path(git.Repo(where, search_parent_directories=True).working_tree_dir or where)
@@ -928,8 +929,6 @@ def _repo_name(given: str | None) -> str:
 
 
 def cmd_pr(ns: argparse.Namespace) -> int:
-    from .bot.pr import DEFAULT_AUTHOR, Bot
-
     path = Path(ns.report)
     try:
         report = json.loads(path.read_text())
@@ -952,8 +951,7 @@ def cmd_pr(ns: argparse.Namespace) -> int:
 
 
 def cmd_comment(ns: argparse.Namespace) -> int:
-    from .bot.comment import upsert_comment
-    from .bot.github import client
+    from .bot.comment import upsert_comment  # keeps start-up fast
 
     path = Path(ns.file)
     try:
@@ -996,8 +994,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.command == "bench-record":
             return cmd_bench_record(ns)
         if ns.command == "bench":
-            from .bench import kernelbench, pie
-
             return {"kernelbench": kernelbench.run, "pie": pie.run}[ns.suite](ns)
         if ns.command == "pr":
             return cmd_pr(ns)
