@@ -133,7 +133,8 @@ class _Counting:
     """What a pytest run needs to count instructions: valgrind, the built callgrind shim."""
 
     def __init__(self, root: Path) -> None:
-        from ..native import build  # the compiler driver: only this mode needs it
+        # the compiler driver: only this mode needs it, which keeps start-up fast
+        from ..native import build
 
         if shutil.which("valgrind") is None:
             raise MaxcodeError("bench-ab --timer instructions needs valgrind on the PATH (e.g. apt-get install valgrind)")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
+from ..report import curves_svg
 
 OBSERVATIONS = ("feedback", "trajectory", "best", "trajectory+critique+best")
 RERANKS = ("none",)
@@ -61,6 +62,7 @@ class RunResult:
 
 
 def settings_grid(observations: Sequence[str], reranks: Sequence[str]) -> list[Setting]:
+    # the search layer, off maxcode --help's path (the cli imports this module): keeps start-up fast
     from ..search.observation import parse_observation
 
     grid = []
@@ -223,8 +225,6 @@ def ablate(root: Path, *, observations: Sequence[str] = OBSERVATIONS, reranks: S
                 progress(f"  {r.error}")
             results.append(r)
     rows = summarize(results, budget)
-    from ..report import curves_svg
-
     curves = {r["label"]: r["curve"] for r in rows if "curve" in r}
     (out_dir / "curves.svg").write_text(curves_svg(curves, None, title=f"best verified speedup vs evaluations (mean of {seeds} seed(s))"))
     (out_dir / "table.md").write_text(markdown_table(rows, budget))

@@ -66,6 +66,12 @@ class _Benchmark:
 
     def pedantic(self, target: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
                  setup: Callable[[], Any] | None = None, rounds: int = 1, iterations: int = 1, **_ignored: Any) -> Any:
+        """pytest-benchmark's ``benchmark.pedantic``: ``setup`` may give the arguments; the call is counted
+        like any other (``rounds`` and ``iterations`` are ignored: a count does not need repeats to settle).
+
+        Seven parameters because it takes pytest-benchmark's own, so a test that calls ``pedantic`` runs
+        unchanged under either fixture.
+        """
         kwargs = kwargs or {}
         if setup is not None:
             made = setup()

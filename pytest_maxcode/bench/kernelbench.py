@@ -184,7 +184,8 @@ def run_problem(problem: Problem, work: Path, run: ProblemRun) -> ProblemResult:
     candidate = _candidate(problem, ref_file, module, run, result)
     compile_file = None
     if run.compile_baseline:
-        from ..search.policy import compile_candidate_text  # only for --compile-baseline: keeps start-up fast
+        # only for --compile-baseline: keeps start-up fast
+        from ..search.policy import compile_candidate_text
 
         compile_file = ref_file.parent / "compile_baseline.py"
         compile_file.write_text(compile_candidate_text(f"{module}.Model", module, "Model", "module", "default"))
@@ -234,7 +235,8 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def run(ns: argparse.Namespace) -> int:
-    from rich.console import Console  # imported when the command runs: keeps start-up fast
+    # imported when the command runs: keeps start-up fast
+    from rich.console import Console
 
     console = Console(stderr=True)
     problems = find_problems(Path(ns.dir), ns.level, ns.problems)
@@ -250,7 +252,8 @@ def run(ns: argparse.Namespace) -> int:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     search = None
     if generations is None:
-        from .kernelbench_search import Searcher  # the search and the LLM load only for a search: keeps start-up fast
+        # the search and the LLM load only for a search: keeps start-up fast
+        from .kernelbench_search import Searcher
 
         search = Searcher(out, ns, device, progress=lambda m: console.print(f"  {m}", highlight=False))
     how = ProblemRun(ns.scale, generations, device, ns.time_budget, not ns.no_compile_baseline, search)

@@ -11,8 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import options
 from .._version import __version__
 from ..errors import MaxcodeError
+from ..llm import make_service
+from ..oracle.reference import parse_reference
+from ..search.loop import SearchContext, search_target
+from ..search.policy import TargetInfo
+from ..store import Store
 from .problems import Problem
 
 CAPTURE = """
@@ -29,10 +35,6 @@ torch.save({{"signature": signature(tuple(inputs)), "sets": [inputs]}}, {path!r}
 
 class Searcher:
     def __init__(self, out: Path, ns: argparse.Namespace, device: str, progress: Callable[[str], None]) -> None:
-        from .. import options
-        from ..llm import make_service
-        from ..store import Store
-
         self.settings = options.load_settings({"budget": ns.budget, "llm": ns.llm, "strategy": ns.strategy, "device": device}, None)
         self.device = device
         self.progress = progress
@@ -54,10 +56,6 @@ class Searcher:
         return path
 
     def __call__(self, problem: Problem, ref_file: Path, module: str) -> tuple[Path | None, str]:
-        from ..oracle.reference import parse_reference
-        from ..search.loop import SearchContext, search_target
-        from ..search.policy import TargetInfo
-
         target_id = f"{module}.Model"
         try:
             captured = self._capture(ref_file, module, target_id)
