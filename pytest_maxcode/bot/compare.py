@@ -176,7 +176,8 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 def compare(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,
             thresholds: Mapping[str, float] | None = None, base_label: str = "base", head_label: str = "head") -> CompareResult:
-    from scipy.stats import mannwhitneyu  # scipy loads in a second: imported when used, keeps start-up fast
+    # scipy loads in a second: imported when used, keeps start-up fast
+    from scipy.stats import mannwhitneyu
 
     result = CompareResult(base_label, head_label, only_base=sorted(set(base) - set(head)), only_head=sorted(set(head) - set(base)))
     raw_p: list[tuple[Comparison, float]] = []

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import write_atomic
+from .pr_body import parse_marker_fields
 
 DEFAULT_REJECT_MARGIN = 1.25
 NEVER_LABEL = "maxcode:never"
@@ -58,9 +59,6 @@ def _float(value: str | None) -> float | None:
 def rejections(pulls: Iterable[Any], target_id: str) -> list[Rejection]:
     """The bot's closed, unmerged PRs for ``target_id`` among ``pulls`` (PyGithub pull requests as
     listed: ``merged_at`` and ``labels`` come with the list, no extra request per PR)."""
-    # imported here: maxcode status reads this module's record without the PR text's imports
-    from .pr_body import parse_marker_fields
-
     out = []
     for pr in pulls:
         if pr.merged_at is not None:

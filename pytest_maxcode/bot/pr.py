@@ -347,11 +347,13 @@ class Bot:
         # new numbers get a new commit of the same tree, so the commit message never quotes old ones
         if not (same and self._branch_message(branch) == message) and not self.push_branch(t, branch, message):
             return Outcome(t["id"], "skipped", f"this kernel is already on {self.base}")
-        return self._open_or_update(repo, t, open_prs, title, text, nums, kernel_hash, branch)
+        action, url = self._open_or_update(repo, open_prs, branch, title, text)
+        replaces = f", replaces the accepted {nums.accepted:.3g}x" if nums.accepted else ""
+        return Outcome(t["id"], action, f"{nums.x}{replaces}, kernel {kernel_hash}", url)
 
-    def _open_or_update(self, repo: Any, t: dict[str, Any], open_prs: list[Any], title: str, text: str,
-                        nums: pr_body.Numbers, kernel_hash: str, branch: str) -> Outcome:
-        """Seven parameters: what ``_one`` computed for this PR, passed on rather than computed twice."""
+    def _open_or_update(self, repo: Any, open_prs: list[Any], branch: str, title: str, text: str) -> tuple[str, str]:
+        """The open pull request from ``branch`` edited to this title and text, else a new one;
+        returns what was done ("updated" or "opened") and the pull request's address."""
         github = pygithub()
 
         try:
@@ -367,8 +369,7 @@ class Bot:
         except (github.GithubException, OSError) as e:
             doing = f"{'updating' if open_prs else 'opening'} the pull request for {branch}"
             raise error(e, doing, self.token, self.timeout) from None
-        replaces = f", replaces the accepted {nums.accepted:.3g}x" if nums.accepted else ""
-        return Outcome(t["id"], action, f"{nums.x}{replaces}, kernel {kernel_hash}", pr.html_url)
+        return action, pr.html_url
 
 
 def _git_error(e: Any, token: str) -> str:

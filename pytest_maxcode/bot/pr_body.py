@@ -230,8 +230,10 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where:
     """The pull request's text: the speedup by workload, the warnings, the user's benchmarks and
     tests re-run, the machine, the search, the source and how to check it, in that order.
     ``reference_hash``: the searched reference's hash, for the marker (the memory of a closed PR).
-    Keyword-only; ``kernel_path``, ``kernel_hash`` and ``branch`` are the older spelling of a
-    ``where`` at the repository's root, kept for callers from before :class:`Where`."""
+
+    Ten parameters because ``kernel_path``, ``kernel_hash`` and ``branch``, the older spelling of a
+    ``where`` at the repository's root, are kept for the callers (tests among them) written before
+    :class:`Where`; all but the target and the report are keyword-only."""
     where = where or Where(branch, kernel_path, kernel_hash)
     nums = nums or numbers(t, accepted)
     best = t.get("best") or {}
