@@ -21,6 +21,7 @@ MIN_THINKING_BUDGET = 1024  # the API's floor for budget_tokens
 def _adaptive_only() -> frozenset[str]:
     """Models for which the SDK deprecates ``thinking.type=enabled`` (it names them itself)."""
     try:
+        # the SDK may be missing and is slow to import: loaded when a model is asked, keeps start-up fast
         from anthropic.resources.messages import messages as m
 
         return frozenset(getattr(m, "MODELS_TO_WARN_WITH_THINKING_ENABLED", ()))
@@ -48,7 +49,8 @@ class AnthropicClient:
             )
         self._secrets = (api_key, auth_token)
         try:
-            import anthropic  # slow to import (~2 s): only when an Anthropic model is configured
+            # slow to import (~2 s): only when an Anthropic model is configured, which keeps start-up fast
+            import anthropic
         except ImportError:
             raise MaxcodeError("--maxcode-llm=anthropic:... needs the anthropic package: pip install anthropic") from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -106,8 +107,6 @@ def abort_sdk_client(sdk: Any) -> None:
     their httpx client to httpcore's pool (``connections`` is public there; the stream's
     ``get_extra_info("socket")`` is too). Best effort: a transport without them is skipped.
     """
-    import socket
-
     http = getattr(sdk, "_client", None)  # the SDK's httpx.Client
     pool = getattr(getattr(http, "_transport", None), "_pool", None)
     for conn in list(getattr(pool, "connections", None) or []):

@@ -21,6 +21,7 @@ reader that finds ``null`` takes the answer from the lines (:func:`read_cassette
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import threading
@@ -243,8 +244,6 @@ class ReplayClient:
 
     def _where(self, request: LLMRequest) -> str:
         """The first line where the request parts from the closest recorded one."""
-        import difflib
-
         def lines(r: LLMRequest) -> list[str]:
             return [ln for m in r.messages for ln in _NUMBER.sub("N", m.content).splitlines()]
 

@@ -22,6 +22,9 @@ from pathlib import Path
 
 from ..errors import MaxcodeError
 from ..options import Settings
+from .anthropic_client import AnthropicClient
+from .cassette import ReplayClient
+from .openai_client import OpenAIClient
 from .pricing import Prices
 from .service import LLMService
 
@@ -88,17 +91,11 @@ def parse_llm_spec(spec: str | None, *, flag: str = "--maxcode-llm", forms: str 
 
 def make_client(spec: LLMSpec, *, root: Path, timeout: float = 600.0, retries: int = 2):
     if spec.provider == "anthropic":
-        from .anthropic_client import AnthropicClient
-
         return AnthropicClient(spec.model or DEFAULT_ANTHROPIC_MODEL, base_url=spec.base_url,
                                max_retries=retries, timeout=timeout)
     if spec.provider == "openai":
-        from .openai_client import OpenAIClient
-
         return OpenAIClient(spec.model or "", base_url=spec.base_url, max_retries=retries, timeout=timeout)
     if spec.provider == "replay":
-        from .cassette import ReplayClient
-
         path = Path(spec.path or "")
         return ReplayClient(path if path.is_absolute() else root / path, label=spec.path)
     raise MaxcodeError(f"--maxcode-llm={spec}: no client for this provider; use one of: {FORMS}")
