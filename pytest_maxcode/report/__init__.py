@@ -168,7 +168,7 @@ def _widths(rows: list[list[str]], columns: tuple[tuple[int, str], ...], width: 
 def _below_table(targets: list[Any], report: Mapping[str, Any], console: Console) -> None:
     """The lines under the table: what the searches cost, each target's reason, the warnings,
     and how to re-measure each quoted speedup."""
-    from rich.text import Text
+    from rich.text import Text  # as in render_terminal: keeps start-up fast
 
     searches = [t["search"] for t in targets if isinstance(t.get("search"), Mapping)]
     if searches:

@@ -170,9 +170,8 @@ def _first_reason(node: Mapping[str, Any], width: int = 100) -> str:
 
 def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: bool = False):
     """One node as a rich ``Text`` (never markup: origins and reasons are untrusted text)."""
-    from rich.text import (
-        Text,  # here, not at the top: keeps start-up fast (the plugin imports the report)
-    )
+    # here, not at the top: keeps start-up fast (the plugin imports the report)
+    from rich.text import Text
 
     status = str(node.get("status", "?"))
     parent = node.get("parent_id")
