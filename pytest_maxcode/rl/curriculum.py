@@ -17,6 +17,7 @@ from typing import Any
 
 from ..search.strategies.qd import Stage, parse_stages
 from ..search.techniques import LOOP, tags
+from .dataset import with_permitted
 from .problems import problem_id
 
 
@@ -119,8 +120,6 @@ class Curriculum:
 
     def prompt(self, messages: Any, problem: Any) -> Any:
         """``messages`` with the problem's current stage stated in the last user message."""
-        from .dataset import with_permitted
-
         return with_permitted(messages, self.permitted(problem))
 
     def transform(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:

@@ -9,13 +9,17 @@ user message: baseline, permitted techniques, task), so a trained policy drops i
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .._extras import require
 from ..bench.problems import find_problems, scaled_source
 from ..errors import MaxcodeError
+from ..oracle.check import CheckConfig, Oracle
 from ..search.prompts import PromptContext, permitted_block, user_message
 from ..search.state import SearchState
 from .problems import RLProblem, captured_files, kernelbench_problem, target_problem
@@ -29,8 +33,6 @@ def native_lang(device: str) -> str:
 
 
 def default_device() -> str:
-    import torch
-
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -82,6 +84,7 @@ def _restate(text: str, permitted: Sequence[str] | None) -> str:
 def _describe(device: str, describe_device: bool) -> dict[str, Any]:
     if not describe_device:
         return {"name": device}
+    # the search loop (the critics, the value scorer) loads only to describe a device: keeps start-up fast
     from ..search.loop import describe_device as describe
 
     return describe(device)
@@ -90,10 +93,6 @@ def _describe(device: str, describe_device: bool) -> dict[str, Any]:
 def _measured(problem: RLProblem, device: str) -> list[dict[str, Any]]:
     """The output shapes and dtypes, from one run of the reference in an oracle worker (in a
     scratch folder: building a dataset leaves nothing behind)."""
-    import tempfile
-
-    from ..oracle.check import CheckConfig, Oracle
-
     scratch = tempfile.TemporaryDirectory(prefix="maxcode-rl-")
     oracle = Oracle(problem.reference, CheckConfig(device=device, n_seeds=2), Path(scratch.name),
                     workloads=list(problem.workloads) if problem.workloads else None)

@@ -15,8 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import MaxcodeError
 from ..oracle.reference import ReferenceSpec, parse_reference
+from ..search.prompts import reference_text
+from ..store.sqlite import default_path
+from ..targets.decorator import normalized_source_in_file
 
 _LEVEL = re.compile(r"^level(\d+)$")
 
@@ -100,9 +105,6 @@ def captured_files(root: Path, target_id: str) -> list[Path]:
 def target_problem(root: Path, target_id: str) -> RLProblem:
     """A captured target, located through the store (where a run recorded its source file)
     or, failing that, through the module path under ``root`` or ``root/src``."""
-    from ..search.prompts import reference_text
-    from ..targets.decorator import normalized_source_in_file
-
     files = captured_files(root, target_id)
     if not files:
         raise MaxcodeError(f"target {target_id}: no captured inputs under {root / '.maxcode' / 'inputs' / target_id}")
@@ -117,8 +119,6 @@ def target_problem(root: Path, target_id: str) -> RLProblem:
         kind = kind or ("module" if node.startswith("class ") else "function")
         instance = files[0].parent / "module.pt" if kind == "module" else None
         reference = ReferenceSpec(kind, path, qualname, module=module, rootdir=root, instance=instance)
-        import torch
-
         signatures = tuple(str(torch.load(f, weights_only=True)["signature"]) for f in files)
         return RLProblem(
             target_id, reference, reference_text(path, qualname),
@@ -149,8 +149,6 @@ def _module_file(root: Path, module: str) -> Path | None:
 
 def _from_store(root: Path, target_id: str) -> tuple[str | None, Path | None]:
     """The kind and source file a previous run recorded, if it recorded any."""
-    from ..store.sqlite import default_path
-
     db = default_path(root)
     if not db.is_file():
         return None, None

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
-from ..oracle.check import CheckConfig, Oracle
 from ..model.verdict import Verdict
+from ..oracle.check import CheckConfig, Oracle
 from ..search.policy import materialize
 from ..search.prompts import parse_reply
 from ..search.reward import reward as search_reward
 from .curriculum import Curriculum, permitted_reason
+from .dataset import default_device
 from .problems import RLProblem, cache_key, problem_id, resolve
 
 SCALES = ("linear", "log")
@@ -106,8 +107,6 @@ class OracleReward:
         self.root = Path(root).expanduser().resolve()
         config = config or CheckConfig()
         if device is not None or config.device is None:
-            from .dataset import default_device
-
             config = dataclasses.replace(config, device=device or default_device())
         self.config = config
         self.device = str(config.device)
