@@ -42,9 +42,8 @@ def entry_state(entry: LockEntry, root: Path, reference_hash: str | None) -> tup
 
             if not torch.cuda.is_available():
                 return "device-mismatch", "verified on CUDA; no GPU here"
-            from ..native.build import (
-                cuda_arch,  # loaded with the first kernel, not with the package: keeps start-up fast
-            )
+            # loaded with the first kernel, not with the package: keeps start-up fast
+            from ..native.build import cuda_arch
 
             if entry.arch and entry.arch != cuda_arch():
                 return "device-mismatch", f"verified on {entry.arch}; this GPU is {cuda_arch()}"
@@ -162,15 +161,13 @@ def active_mode() -> str:
     import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
     if torch._C._len_torch_dispatch_stack():
-        from torch.utils._python_dispatch import (
-            _get_current_dispatch_mode_stack,  # only under a mode
-        )
+        # only under a mode; torch's modules, like torch, load when a target runs: keeps start-up fast
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
         return type(_get_current_dispatch_mode_stack()[-1]).__name__
     if torch._C._is_torch_function_mode_enabled():
-        from torch.overrides import (
-            _get_current_function_mode_stack,  # only under a mode
-        )
+        # only under a mode; torch's modules, like torch, load when a target runs: keeps start-up fast
+        from torch.overrides import _get_current_function_mode_stack
         from torch.utils._device import DeviceContext
 
         modes = [m for m in _get_current_function_mode_stack() if not isinstance(m, DeviceContext)]
@@ -198,9 +195,8 @@ def unplain(t: Any) -> str:
             plain = _PLAIN_KEYS[t.device.type] = torch._C._dispatch_keys(torch.empty(0, device=t.device)).raw_repr()
     if torch._C._dispatch_keys(t).raw_repr() & ~plain:
         return f"not a plain dense tensor ({torch._C._dispatch_keys(t)}, layout {t.layout})"
-    from torch.autograd import (
-        forward_ad,  # with the first such check: keeps start-up fast
-    )
+    # with the first such check, as torch itself: keeps start-up fast
+    from torch.autograd import forward_ad
 
     if forward_ad._current_level >= 0 and forward_ad.unpack_dual(t).tangent is not None:
         return "a forward-mode dual tensor"
@@ -346,27 +342,7 @@ class NativeDispatcher:
         else:
             call_args, extras = args, []
         tensors = [v for v in (*call_args, *extras) if isinstance(v, torch.Tensor)]
-        if any(t.device.type != self.device for t in tensors):
-            self._fallback("device", f"inputs are not on {self.device}")
-            return ref(*args)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return ref(*args)  # autograd needs the reference's graph; quietly the normal case in training
-        if torch.is_autocast_enabled(self.device):
-            self._fallback("autocast", f"autocast is on for {self.device} (the kernel was verified without it)")
-            return ref(*args)
-        mode = active_mode()
-        if mode:
-            self._fallback(f"mode:{mode}", f"{mode} is active (it sees the reference's operations; a kernel has none)")
-            return ref(*args)
-        for i, t in enumerate(tensors):
-            why = unplain(t)
-            if why:
-                # vmap, grad, jvp, tracing, views: the kernel stays for later plain calls
-                self._fallback(f"unplain:{why.split(' (')[0]}", f"input {i} is {why}")
-                return ref(*args)
-        classes = tuple(arg_class(v) for v in call_args)
-        if self.signatures is not None and classes not in self.signatures:
-            self._fallback(f"sig{classes}", f"arguments {classes} differ from the verified layouts")
+        if self._refused(call_args, tensors):
             return ref(*args)
         if h.options.inplace:
             # the kernel writes into the arguments; return what the reference returns
@@ -395,6 +371,36 @@ class NativeDispatcher:
             if sig is not None:
                 self.plans[sig] = (meta, pack)
         return outs[0] if pack is None else outs if pack is list else tuple(outs)
+
+    def _refused(self, call_args: tuple, tensors: list) -> bool:
+        """Whether this call must run the reference (after one warning, unless the cause is the
+        normal case): inputs on another device, autograd, autocast, a torch mode, an input the
+        kernel must not read in place, or arguments outside the verified layouts."""
+        import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
+
+        if any(t.device.type != self.device for t in tensors):
+            self._fallback("device", f"inputs are not on {self.device}")
+            return True
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return True  # autograd needs the reference's graph; quietly the normal case in training
+        if torch.is_autocast_enabled(self.device):
+            self._fallback("autocast", f"autocast is on for {self.device} (the kernel was verified without it)")
+            return True
+        mode = active_mode()
+        if mode:
+            self._fallback(f"mode:{mode}", f"{mode} is active (it sees the reference's operations; a kernel has none)")
+            return True
+        for i, t in enumerate(tensors):
+            why = unplain(t)
+            if why:
+                # vmap, grad, jvp, tracing, views: the kernel stays for later plain calls
+                self._fallback(f"unplain:{why.split(' (')[0]}", f"input {i} is {why}")
+                return True
+        classes = tuple(arg_class(v) for v in call_args)
+        if self.signatures is not None and classes not in self.signatures:
+            self._fallback(f"sig{classes}", f"arguments {classes} differ from the verified layouts")
+            return True
+        return False
 
     def _run(self, call_args: tuple, extras: list, tensors: list, meta: list) -> list | None:
         """Run the kernel; ``None`` (after one warning) means: use the reference."""

@@ -11,6 +11,8 @@ functions read live objects.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import json
 import subprocess
@@ -180,9 +182,6 @@ def constructor_call(cls: type, init_args: list[Any]) -> str:
 
 def _reference_object(spec: dict[str, Any]) -> tuple[Any, Any]:
     """(the Python module, the named function or class) a spec points at."""
-    import importlib
-    import importlib.util
-
     if spec.get("rootdir") and spec["rootdir"] not in sys.path:
         sys.path.insert(0, spec["rootdir"])
     if spec.get("module"):
