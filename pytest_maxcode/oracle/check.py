@@ -837,8 +837,8 @@ class Oracle:
             try:
                 server = self._reference_server()
                 server.deadline = child.deadline
-                t = timing.time_workload(w.name, server, child, self.zygote.freeze, w.in_meta, w.out_meta,
-                                         len(w.expected), w.fresh, cfg, lambda: child.deadline)
+                t = timing.time_workload(timing.TimedWorkload(w.name, w.in_meta, w.out_meta, len(w.expected), w.fresh),
+                                         server, child, self.zygote.freeze, cfg, lambda: child.deadline)
             except timing.TimingRejected as e:
                 v.status, v.reasons = e.status, [str(e)]
                 if e.details:

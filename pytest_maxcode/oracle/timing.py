@@ -182,6 +182,20 @@ class TimingConfig:
     cores: Cores = Cores(None, ())
 
 
+@dataclass(frozen=True)
+class TimedWorkload:
+    """What one timing is of: a workload's call layout, and where its timed inputs come from."""
+
+    name: str
+    in_meta: list
+    #: each output's (shape, dtype)
+    out_meta: list
+    #: captured input sets to draw from where the reference's generator cannot make fresh ones
+    pool_size: int
+    #: whether the reference's worker can generate fresh inputs for every timed call
+    fresh: bool
+
+
 @dataclass
 class WorkloadTiming:
     """Samples in ns per ``calls_per_sample`` calls, taken by this process."""
@@ -310,19 +324,11 @@ def _slot_bytes(meta: Sequence[Any]) -> int:
     return n
 
 
-def time_workload(
-    name: str,
-    ref_job: Job,
-    cand_job: Job,
-    freeze: Callable[[bool], None],
-    in_meta: list,
-    out_meta: list,
-    pool_size: int,
-    fresh: bool,
-    cfg: TimingConfig,
-    deadline: Callable[[], float],
-) -> WorkloadTiming:
-    """Interleaved timing of one workload; raises TimingRejected for a result that must not count."""
+def time_workload(w: TimedWorkload, ref_job: Job, cand_job: Job, freeze: Callable[[bool], None], cfg: TimingConfig,
+                  deadline: Callable[[], float]) -> WorkloadTiming:
+    """Interleaved timing of one workload; raises TimingRejected for a result that must not count.
+    ``freeze`` stops and resumes the candidate's sandbox."""
+    in_meta, out_meta = w.in_meta, w.out_meta
     outs = [("t", list(s), list(torch.empty(s).stride()), d) for s, d in out_meta]
     per_slot = _slot_bytes(in_meta) * 2 + _slot_bytes(outs)
     k_max = max(1, min(MAX_SLOTS, SLOT_BYTES // max(per_slot, 1)))
@@ -346,7 +352,7 @@ def time_workload(
         freeze(False)
         _map(cand, fds[1], direct)
         freeze(True)
-        rounds = _Rounds(name, ref, cand, freeze, pool_size, fresh, cfg)
+        rounds = _Rounds(w, ref, cand, freeze, cfg)
         try:
             with cfg.cores.timing():
                 result = rounds.run()
@@ -373,10 +379,9 @@ def time_workload(
 
 
 class _Rounds:
-    def __init__(self, name: str, ref: _Side, cand: _Side, freeze: Callable[[bool], None], pool_size: int,
-                 fresh: bool, cfg: TimingConfig) -> None:
-        self.name, self.ref, self.cand, self.freeze, self.cfg = name, ref, cand, freeze, cfg
-        self.pool_size, self.fresh = pool_size, fresh
+    def __init__(self, w: TimedWorkload, ref: _Side, cand: _Side, freeze: Callable[[bool], None], cfg: TimingConfig) -> None:
+        self.name, self.ref, self.cand, self.freeze, self.cfg = w.name, ref, cand, freeze, cfg
+        self.pool_size, self.fresh = w.pool_size, w.fresh
         self.part = "in" if cfg.inplace else "out"
         self.rng = secrets.SystemRandom()
         self.gen = torch.Generator().manual_seed(secrets.randbits(63))

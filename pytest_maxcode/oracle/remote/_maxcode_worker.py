@@ -295,7 +295,8 @@ def _count_flops(fn, inputs: list, device: str) -> int:
     """FLOPs of one reference call as torch's flop counter sees them: matmuls, convolutions
     and attention; elementwise work counts 0, so 0 means "no compute roof applies"."""
     try:
-        from torch.utils.flop_counter import FlopCounterMode  # the reference job's alone: keeps the zygote's start-up fast
+        # the reference job's alone: deferred, it keeps the zygote's start-up fast
+        from torch.utils.flop_counter import FlopCounterMode
 
         args = _to_device([_clone(v) for v in inputs], device)
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
@@ -309,68 +310,88 @@ def _reference_job(job: dict, ref: Reference, conn: Connection) -> None:
     """Generate the seeded input sets and the expected outputs (kept by the parent only)."""
     device = job["device"]
     fn, _extras = ref.make(device, job["model_seed"])
-    workloads = []
-    for w in job["workloads"]:
-        sets = []
-        if w.get("captured"):
-            sets = [list(s) for s in torch.load(w["captured"], weights_only=True)["sets"]]
-        n_captured = len(sets)
-        for seed in w.get("seeds", []):
-            torch.manual_seed(seed)
-            sets.append(list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(sets[0]))
-        expected = []
-        returns = pack = None
-        rejected = 0
-        kept = []
-        with torch.no_grad():
-            for i, s in enumerate(sets):
-                args = _to_device([_clone(v) for v in s], device)
-                try:
-                    result = fn(*args)
-                except Exception:
-                    if i < n_captured or ref.inputs_fn is not None:
-                        raise
-                    # a generated set the reference rejects (a constraint between arguments, say):
-                    # the captured values reshuffled, else no such set
-                    s = _random_like(sets[0], resample_only=True)
-                    args = _to_device([_clone(v) for v in s], device)
-                    try:
-                        result = fn(*args)
-                    except Exception:
-                        rejected += 1
-                        continue
-                kept.append(s)
-                _sync(device)
-                if job.get("inplace"):
-                    # an in-place target's result is the state of its tensor arguments
-                    outs = [a for a in args if isinstance(a, torch.Tensor)]
-                    returns = _returned(result, args)
-                    before = [v for v in s if isinstance(v, torch.Tensor)]
-                    if all(_same_bits(b.to(device), a) for b, a in zip(before, outs)):
-                        returns = f"{returns}:unchanged"
-                else:
-                    outs = _as_outputs(result)
-                    this = _pack(result)
-                    pack = this if pack in (None, this) else "other"  # differing calls: only the reference can follow
-                expected.append([o.detach().to("cpu").clone() for o in outs])
-        sets = kept
-        cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in sets]
-        out_meta = [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in expected[0]]
-        in_bytes = sum(v.numel() * v.element_size() for v in cpu_sets[0] if isinstance(v, torch.Tensor))
-        ranged = _reference_ranges(fn, cpu_sets[0], expected[0], out_meta, job, device) if job.get("ranges") else []
-        workloads.append({
-            "name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta,
-            "in_bytes": in_bytes, "returns": returns, "pack": pack, "flops": _count_flops(fn, sets[0], device),
-            "rejected": rejected, "generated": len(w.get("seeds", [])),
-            "range": [(label, values) for label, values, _outs in ranged],
-            "range_expected": [(label, outs) for label, _values, outs in ranged],
-        })
+    workloads = [_reference_workload(w, fn, ref, job) for w in job["workloads"]]
     # Files, not the channel: the zygote loads the inputs, and only the parent the
     # expected outputs (it deletes that file before any candidate runs).
     torch.save([{k: w[k] for k in ("name", "sets", "out_meta", "range")} for w in workloads], job["inputs_out"])
     torch.save([{k: w[k] for k in ("name", "expected", "out_meta", "in_bytes", "returns", "pack", "flops", "rejected", "generated", "range_expected")}
                 for w in workloads], job["expected_out"])
     _send_child(conn, "reference")
+
+
+def _reference_workload(w: dict, fn, ref: Reference, job: dict) -> dict:
+    """One workload's input sets (captured, then generated from the run's seeds) and what the
+    reference makes of them."""
+    device = job["device"]
+    sets = []
+    if w.get("captured"):
+        sets = [list(s) for s in torch.load(w["captured"], weights_only=True)["sets"]]
+    n_captured = len(sets)
+    for seed in w.get("seeds", []):
+        torch.manual_seed(seed)
+        sets.append(list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(sets[0]))
+    run = _ReferenceRuns(fn, device, bool(job.get("inplace")))
+    with torch.no_grad():
+        for i, s in enumerate(sets):
+            run.add(s, generated=i >= n_captured and ref.inputs_fn is None, fallback=sets[0])
+    cpu_sets = [[v.to("cpu") if isinstance(v, torch.Tensor) else v for v in s] for s in run.kept]
+    expected = run.expected
+    out_meta = [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in expected[0]]
+    in_bytes = sum(v.numel() * v.element_size() for v in cpu_sets[0] if isinstance(v, torch.Tensor))
+    ranged = _reference_ranges(fn, cpu_sets[0], expected[0], out_meta, job, device) if job.get("ranges") else []
+    return {
+        "name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta,
+        "in_bytes": in_bytes, "returns": run.returns, "pack": run.pack, "flops": _count_flops(fn, run.kept[0], device),
+        "rejected": run.rejected, "generated": len(w.get("seeds", [])),
+        "range": [(label, values) for label, values, _outs in ranged],
+        "range_expected": [(label, outs) for label, _values, outs in ranged],
+    }
+
+
+class _ReferenceRuns:
+    """The reference called on input sets one by one: the sets it took, its outputs, how it
+    hands them back (``pack``; ``returns`` for an in-place target) and how many it refused."""
+
+    def __init__(self, fn, device: str, inplace: bool) -> None:
+        self.fn, self.device, self.inplace = fn, device, inplace
+        self.kept: list = []
+        self.expected: list = []
+        self.returns: str | None = None
+        self.pack: str | None = None
+        self.rejected = 0
+
+    def add(self, s: list, generated: bool, fallback: list) -> None:
+        device = self.device
+        args = _to_device([_clone(v) for v in s], device)
+        try:
+            result = self.fn(*args)
+        except Exception:
+            if not generated:
+                raise
+            # a generated set the reference rejects (a constraint between arguments, say):
+            # the captured values reshuffled, else no such set
+            s = _random_like(fallback, resample_only=True)
+            args = _to_device([_clone(v) for v in s], device)
+            try:
+                result = self.fn(*args)
+            except Exception:
+                self.rejected += 1
+                return
+        self.kept.append(s)
+        _sync(device)
+        if self.inplace:
+            # an in-place target's result is the state of its tensor arguments
+            outs = [a for a in args if isinstance(a, torch.Tensor)]
+            returns = _returned(result, args)
+            before = [v for v in s if isinstance(v, torch.Tensor)]
+            if all(_same_bits(b.to(device), a) for b, a in zip(before, outs)):
+                returns = f"{returns}:unchanged"
+            self.returns = returns
+        else:
+            outs = _as_outputs(result)
+            this = _pack(result)
+            self.pack = this if self.pack in (None, this) else "other"  # differing calls: only the reference can follow
+        self.expected.append([o.detach().to("cpu").clone() for o in outs])
 
 
 def _reference_ranges(fn, first: list, first_expected: list, out_meta: list, job: dict, device: str) -> list:
@@ -637,7 +658,8 @@ def _guard_load_inline(build_dir: str) -> None:
     source lists are copied (load_inline mutates them), precompiled headers are off
     (they write into torch's own include folder), and stale ``lock`` files are removed.
     """
-    from torch.utils import cpp_extension  # only load_inline candidates need it (setuptools): keeps the zygote's start-up fast
+    # only load_inline candidates need it (it pulls in setuptools): deferred, it keeps the zygote's start-up fast
+    from torch.utils import cpp_extension
 
     original = cpp_extension.load_inline
 
@@ -658,6 +680,18 @@ def _guard_load_inline(build_dir: str) -> None:
     cpp_extension.load_inline = load_inline
 
 
+class _Impl:
+    """One implementation as this process calls it: a native candidate's loaded kernel or a
+    Python callable (``runner``), the parameters handed to it after the inputs (``extras``),
+    and the device it runs on. They travel together through every kind of call made here."""
+
+    def __init__(self, runner, extras: list, native: bool, device: str) -> None:
+        self.runner = runner
+        self.extras = extras
+        self.native = native
+        self.device = device
+
+
 class _Side:
     """One implementation (reference or candidate) with its own input/output buffers.
 
@@ -666,26 +700,24 @@ class _Side:
     call is wrong, and outputs are poisoned so unwritten output is visible.
     """
 
-    def __init__(self, name, sets, slots, device, runner, extras, out_meta, native, preallocated=False, inplace=False) -> None:
+    def __init__(self, impl: _Impl, sets: list, slots: int, out_meta: list, preallocated: bool = False,
+                 inplace: bool = False) -> None:
         self.inplace = inplace
         if inplace:
             out_meta, preallocated = [], False  # it writes into its arguments
-        self.name = name
         self.sets = sets
-        self.device = device
-        self.runner = runner
-        self.native = native
+        device = self.device = impl.device
+        self.runner, self.extras, self.native = impl.runner, impl.extras, impl.native
         # correctness calls write into preallocated, poisoned buffers; timed calls go through
         # the same allocate-marshal-run path as the runtime dispatcher
-        self.preallocated = native and preallocated
+        self.preallocated = impl.native and preallocated
         self.bufs = [[_clone(v) for v in _to_device(sets[0], device)] for _ in range(slots)]
-        self.extras = extras
         self.out_meta = [(shape, getattr(torch, dt)) for shape, dt in out_meta]
         self.outs: list = [None] * slots
         if self.preallocated:
-            abi = runner.abi
+            abi = self.runner.abi
             self.outs = [[torch.empty(shape, dtype=dt, device=device) for shape, dt in self.out_meta] for _ in range(slots)]
-            self.in_arrays = [abi.TensorArray(abi.as_abi_tensors(b, device) + extras) for b in self.bufs]
+            self.in_arrays = [abi.TensorArray(abi.as_abi_tensors(b, device) + self.extras) for b in self.bufs]
             self.out_arrays = [abi.TensorArray(o) for o in self.outs]
 
     def refill(self, first_set: int, poison: int) -> list[int]:
@@ -756,53 +788,27 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
     # the candidate's own copy of the parameters: it never shares an allocation with the reference
     extras_cand = ref.make(device, job["model_seed"])[1] if native else []
     me = os.getpid()
-    settle = job.get("settle_s", 0.005)
-
+    impl = _Impl(cand if native else cand.call, extras_cand, native, device)
     for w in inputs:
-        sets = w["sets"]
-        side = _Side("candidate", sets, 1, device, cand if native else cand.call, extras_cand, w["out_meta"], native, preallocated=True, inplace=inplace)
-        # correctness: the same buffers are refilled with each set in turn
-        for i in range(len(sets)):
-            _send_child(conn, "stage", what=f"check {w['name']} set {i}")
-            side.refill(i, poison=i)
-            pristine = [_clone(v) for v in side.bufs[0]] + [e.clone() for e in extras_cand]
-            t0 = _NOW()
-            side.run(0)
-            _sync(device)
-            call_s = (_NOW() - t0) / 1e9
-            outs = side.outputs(0)
-            snap = [o.detach().clone() for o in outs]
-            _SLEEP(max(settle, min(0.05, 3 * call_s)))
-            _sync(device)
-            if not all(_same_bits(a, b) for a, b in zip(outs, snap)):
-                raise CandidateError("rejected", "the output changed after the call returned (work left running on another thread)")
-            now_inputs = list(side.bufs[0]) + list(extras_cand)
-            for k, (a, b) in enumerate(zip(pristine, now_inputs)):
-                if inplace and k < len(side.bufs[0]):
-                    continue  # writing into its arguments is what an in-place target does
-                if isinstance(a, torch.Tensor) and not _same_bits(a, b):
-                    raise CandidateError("rejected", f"the candidate modified input {k}")
-            _send_child(conn, "outputs", workload=w["name"], set=i, outputs=[s.to("cpu") for s in snap])
-            reply = conn.recv()
-            if reply[0] != "ok":
-                return
+        if not _check_sets(w, impl, inplace, job.get("settle_s", 0.005), conn):
+            return
         left = _descendants({me})
         if left:
             raise CandidateError("rejected", f"the candidate left {len(left)} process(es) running")
     for w in inputs if job.get("ranges", True) else []:
-        _run_ranges(w, cand, native, extras_cand, device, inplace, conn)
+        _run_ranges(w, impl, inplace, conn)
 
     gc.collect()
     gc.disable()  # a collection inside a timed call is noise, not the kernel's cost
     if job.get("timer") == "instructions":
         for w in inputs:
             _send_child(conn, "stage", what=f"count {w['name']}")
-            _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn)
+            _count_workload(job, w, _Impl(ref_fn, extras_ref, False, "cpu"), _Impl(cand, extras_cand, True, "cpu"), conn)
     else:
         # the trusted side holds the clock: it rings, this process serves the calls
         _send_child(conn, "stage", what="timing")
         _send_child(conn, "serving")
-        _serve(conn, _candidate_call(cand, native, extras_cand, device), device, inplace)
+        _Server(conn, _candidate_call(impl), device, inplace).serve()
     gc.enable()
 
     patched = _patched(before)
@@ -814,20 +820,51 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
     _send_child(conn, "done")
 
 
-def _run_ranges(w: dict, cand, native: bool, extras: list, device: str, inplace: bool, conn: Connection) -> None:
+def _check_sets(w: dict, impl: _Impl, inplace: bool, settle: float, conn: Connection) -> bool:
+    """The candidate's outputs on each of the workload's input sets, refilled into the same
+    buffers in turn, for the trusted side to compare; False when the trusted side says stop."""
+    sets, device = w["sets"], impl.device
+    side = _Side(impl, sets, 1, w["out_meta"], preallocated=True, inplace=inplace)
+    for i in range(len(sets)):
+        _send_child(conn, "stage", what=f"check {w['name']} set {i}")
+        side.refill(i, poison=i)
+        pristine = [_clone(v) for v in side.bufs[0]] + [e.clone() for e in impl.extras]
+        t0 = _NOW()
+        side.run(0)
+        _sync(device)
+        call_s = (_NOW() - t0) / 1e9
+        outs = side.outputs(0)
+        snap = [o.detach().clone() for o in outs]
+        _SLEEP(max(settle, min(0.05, 3 * call_s)))
+        _sync(device)
+        if not all(_same_bits(a, b) for a, b in zip(outs, snap)):
+            raise CandidateError("rejected", "the output changed after the call returned (work left running on another thread)")
+        now_inputs = list(side.bufs[0]) + list(impl.extras)
+        for k, (a, b) in enumerate(zip(pristine, now_inputs)):
+            if inplace and k < len(side.bufs[0]):
+                continue  # writing into its arguments is what an in-place target does
+            if isinstance(a, torch.Tensor) and not _same_bits(a, b):
+                raise CandidateError("rejected", f"the candidate modified input {k}")
+        _send_child(conn, "outputs", workload=w["name"], set=i, outputs=[s.to("cpu") for s in snap])
+        reply = conn.recv()
+        if reply[0] != "ok":
+            return False
+    return True
+
+
+def _run_ranges(w: dict, impl: _Impl, inplace: bool, conn: Connection) -> None:
     """The candidate's outputs on the workload's range sets, for the trusted side to compare;
     a call that raises is reported as such (range-limited, not a failed candidate)."""
     ranged = w.get("range") or []
     if not ranged:
         return
-    side = _Side("candidate", [values for _label, values in ranged], 1, device, cand if native else cand.call, extras,
-                 w["out_meta"], native, preallocated=True, inplace=inplace)
+    side = _Side(impl, [values for _label, values in ranged], 1, w["out_meta"], preallocated=True, inplace=inplace)
     for i, (label, _values) in enumerate(ranged):
         _send_child(conn, "stage", what=f"range {w['name']} {label}")
         side.refill(i, poison=i)
         try:
             side.run(0)
-            _sync(device)
+            _sync(impl.device)
             outs, raised = [o.detach().to("cpu").clone() for o in side.outputs(0)], ""
         except Exception as e:
             outs, raised = [], (str(e) if isinstance(e, CandidateError) else _one_line_exc(e)) or type(e).__name__
@@ -867,13 +904,12 @@ class _Callgrind:
         raise CandidateError("runtime_error", f"callgrind wrote no count to {path}")
 
 
-def _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn) -> None:
+def _count_workload(job: dict, w: dict, ref: _Impl, cand: _Impl, conn: Connection) -> None:
     """Deterministic timing: callgrind instruction counts, alternating, rotating inputs."""
     cg = _Callgrind(job["callgrind_shim"], job["callgrind_dir"])
-    sides = {
-        "ref": _Side("reference", w["sets"], 1, "cpu", ref_fn, extras_ref, w["out_meta"], False, inplace=bool(job.get("inplace"))),
-        "cand": _Side("candidate", w["sets"], 1, "cpu", cand, extras_cand, w["out_meta"], True, inplace=bool(job.get("inplace"))),
-    }
+    inplace = bool(job.get("inplace"))
+    sides = {"ref": _Side(ref, w["sets"], 1, w["out_meta"], inplace=inplace),
+             "cand": _Side(cand, w["sets"], 1, w["out_meta"], inplace=inplace)}
     for side in sides.values():  # warm-up: first-call costs (lazy binding, page faults) are not the kernel's
         side.refill(0, 0)
         side.run(0)
@@ -891,12 +927,14 @@ def _count_workload(job, w, ref_fn, extras_ref, cand, extras_cand, conn) -> None
     _send_child(conn, "counts", workload=w["name"], reference=samples["ref"], candidate=samples["cand"], rechecks=rechecks)
 
 
-def _candidate_call(cand, native: bool, extras: list, device: str):
+def _candidate_call(impl: _Impl):
     """The call the candidate serves: for native code, the runtime dispatcher's own path
     (allocate the outputs, marshal, run), writing into the shared slots where it can."""
+    cand, extras, device = impl.runner, impl.extras, impl.device
+
     def make(out_meta: list, direct: bool):
         metas = [(shape, getattr(torch, dt)) for _t, shape, _stride, dt in out_meta]
-        if native:
+        if impl.native:
             abi = cand.abi
             if direct:
 
@@ -915,7 +953,7 @@ def _candidate_call(cand, native: bool, extras: list, device: str):
                     raise CandidateError("runtime_error", str(e)) from None
 
             return _Call(returns=call)
-        return _Call(returns=lambda args: cand.call(*args))
+        return _Call(returns=lambda args: cand(*args))
 
     return make
 
@@ -937,62 +975,98 @@ def _python_call(fn):
     return lambda out_meta, direct: _Call(returns=lambda args: fn(*args), late=direct)
 
 
-def _serve(conn: Connection, make_call, device: str, inplace: bool, stage=None) -> None:
-    """Serve the trusted side's timed calls through shared memory until it says "finish".
+class _Server:
+    """Serves the trusted side's timed calls through shared memory until it says "finish".
 
     Messages from the parent are commands (it is trusted); every answer is an event it
     validates. The clock is the parent's: this loop only arms, waits for the doorbell,
     runs the slots and writes the bell's token back.
     """
-    region = None
-    call = None
-    mirrors = None  # on a GPU: each slot's inputs on the device (the shared slots are host memory)
-    stager = None
-    # a random shift of where this process's allocations land: how its buffers alias in the
-    # caches then varies from process to process instead of favouring one side for a whole run
-    shift = torch.empty(64 * (1 + int.from_bytes(os.urandom(2), "little") % 1024), dtype=torch.uint8)
-    while True:
-        msg = conn.recv()
-        name = msg[0]
-        if name == "map":
-            fd = recv_handle(conn)
-            if region is not None:  # the previous workload's slots
-                region.close()
-            region = shm.Region(fd, msg[1])
-            os.close(fd)
-            call = make_call(region.layout["out_meta"], bool(msg[2]))
-            if device != "cpu":
-                mirrors = [[t.to(device) if isinstance(t, torch.Tensor) else t for t in slot] for slot in region.inputs]
-            if stage is not None:
-                if stager is not None:
-                    stager.close()
-                stager = _Stager(stage, region)
-            _send_child(conn, "mapped")
-        elif name == "stage" and stager is not None:
-            _send_child(conn, "staged", fresh=stager.run(msg[1], msg[2], int(msg[3])))
-        elif name == "round":
-            n = int(msg[1])
-            if mirrors is not None:  # host to device before the bell: the copy is not the kernel's
-                for s in range(n):
-                    for d, h in zip(mirrors[s], region.inputs[s]):
-                        if isinstance(d, torch.Tensor):
-                            d.copy_(h)
-                _sync(device)
-            late: list = []
-            rid = int(msg[2])
-            if shm.serve_round(region, rid, lambda: _serve_calls(region, call, n, device, inplace, mirrors, late)):
-                for s, result in late:
-                    _copy_results(region, s, result, inplace)
-                region.ctl[shm.READY] = rid
-                shm.notify(region.ctl, region.base, shm.READY)
-        elif name == "flush":
-            _flush_l2(device)
-            _send_child(conn, "flushed")
-        elif name == "finish":
-            del shift
-            if stager is not None:
-                stager.close()
-            return
+
+    def __init__(self, conn: Connection, make_call, device: str, inplace: bool, stage=None) -> None:
+        self.conn, self.make_call, self.device, self.inplace, self.stage = conn, make_call, device, inplace, stage
+        self.region = None
+        self.call: _Call | None = None
+        self.mirrors = None  # on a GPU: each slot's inputs on the device (the shared slots are host memory)
+        self.stager: _Stager | None = None
+
+    def serve(self) -> None:
+        conn = self.conn
+        # a random shift of where this process's allocations land: how its buffers alias in the
+        # caches then varies from process to process instead of favouring one side for a whole run
+        shift = torch.empty(64 * (1 + int.from_bytes(os.urandom(2), "little") % 1024), dtype=torch.uint8)
+        while True:
+            msg = conn.recv()
+            name = msg[0]
+            if name == "map":
+                self._map(msg[1], bool(msg[2]))
+                _send_child(conn, "mapped")
+            elif name == "stage" and self.stager is not None:
+                _send_child(conn, "staged", fresh=self.stager.run(msg[1], msg[2], int(msg[3])))
+            elif name == "round":
+                self._round(int(msg[1]), int(msg[2]))
+            elif name == "flush":
+                _flush_l2(self.device)
+                _send_child(conn, "flushed")
+            elif name == "finish":
+                del shift
+                if self.stager is not None:
+                    self.stager.close()
+                return
+
+    def _map(self, layout: dict, direct: bool) -> None:
+        """A workload's slots (replacing the previous workload's) and the call that serves them."""
+        fd = recv_handle(self.conn)
+        if self.region is not None:
+            self.region.close()
+        region = self.region = shm.Region(fd, layout)
+        os.close(fd)
+        self.call = self.make_call(region.layout["out_meta"], direct)
+        if self.device != "cpu":
+            self.mirrors = [[t.to(self.device) if isinstance(t, torch.Tensor) else t for t in slot] for slot in region.inputs]
+        if self.stage is not None:
+            if self.stager is not None:
+                self.stager.close()
+            self.stager = _Stager(self.stage, region)
+
+    def _round(self, n: int, rid: int) -> None:
+        region, mirrors = self.region, self.mirrors
+        if mirrors is not None:  # host to device before the bell: the copy is not the kernel's
+            for s in range(n):
+                for d, h in zip(mirrors[s], region.inputs[s]):
+                    if isinstance(d, torch.Tensor):
+                        d.copy_(h)
+            _sync(self.device)
+        late: list = []
+        if shm.serve_round(region, rid, lambda: self._calls(n, late)):
+            for s, result in late:
+                _copy_results(region, s, result, self.inplace)
+            region.ctl[shm.READY] = rid
+            shm.notify(region.ctl, region.base, shm.READY)
+
+    def _calls(self, n: int, late: list) -> None:
+        """The timed calls. Results not written into the slots are copied there inside the
+        interval, except where the call says ``late``: kept in ``late`` and copied after answering."""
+        region, call, mirrors, inplace = self.region, self.call, self.mirrors, self.inplace
+        for s in range(n):
+            args = region.inputs[s] if mirrors is None else mirrors[s]
+            if call.into is not None:
+                call.into(args, region.outputs[s])
+                continue
+            result = call.returns(args)
+            if inplace:
+                if mirrors is not None:
+                    late.append((s, [a for a in args if isinstance(a, torch.Tensor)]))
+                continue
+            if call.late:
+                late.append((s, result))
+            else:
+                _copy_results(region, s, result)
+        _sync(self.device)
+        if mirrors is not None and not call.late:  # a candidate's device results reach the host inside the interval
+            for s, result in late:
+                _copy_results(region, s, result, inplace)
+            late.clear()
 
 
 class _Stager:
@@ -1035,30 +1109,6 @@ class _Stager:
         except OSError:
             pass
         os.waitpid(self.pid, 0)
-
-
-def _serve_calls(region, call: "_Call", n: int, device: str, inplace: bool, mirrors, late: list) -> None:
-    """The timed calls. Results not written into the slots are copied there inside the
-    interval, except where the call says ``late``: kept in ``late`` and copied after answering."""
-    for s in range(n):
-        args = region.inputs[s] if mirrors is None else mirrors[s]
-        if call.into is not None:
-            call.into(args, region.outputs[s])
-            continue
-        result = call.returns(args)
-        if inplace:
-            if mirrors is not None:
-                late.append((s, [a for a in args if isinstance(a, torch.Tensor)]))
-            continue
-        if call.late:
-            late.append((s, result))
-        else:
-            _copy_results(region, s, result)
-    _sync(device)
-    if mirrors is not None and not call.late:  # a candidate's device results reach the host inside the interval
-        for s, result in late:
-            _copy_results(region, s, result, inplace)
-        late.clear()
 
 
 def _copy_results(region, s: int, result, inplace: bool = False) -> None:
@@ -1130,7 +1180,7 @@ def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) 
     gc.collect()
     gc.disable()
     _send_child(conn, "serving")
-    _serve(conn, _python_call(fn), device, bool(job.get("inplace")), stage=stage)
+    _Server(conn, _python_call(fn), device, bool(job.get("inplace")), stage=stage).serve()
     _send_child(conn, "done")
 
 
@@ -1163,6 +1213,9 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | None, inputs, zygote: int) -> None:
+    """A forked job's whole life, ended by ``_exit``. Seven parameters because each is one thing
+    the zygote hands the child across the fork (its channel, its output pipe, its folder, what
+    the zygote loaded) and a bundle would exist only to be unpacked here."""
     _die_with_parent(zygote)
     os.setsid()
     os.dup2(out_fd, 1)
