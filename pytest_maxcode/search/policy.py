@@ -14,7 +14,6 @@ A seed declares parameters on one line, anywhere in the file::
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import itertools
 import re
@@ -156,18 +155,34 @@ for _part in {qualname!r}.split("."):
 COMPILE_MODULE_TEMPLATE = '''"""maxcode built-in candidate: torch.compile ({variant}) of {target_id}."""
 
 import importlib
+import types
 
 import torch
 
 _cls = importlib.import_module({module!r})
 for _part in {qualname!r}.split("."):
     _cls = getattr(_cls, _part)
+# the reference's own forward: the decorated one would dispatch back to this kernel
+_forward = getattr(_cls.forward, "__wrapped__", _cls.forward)
 
 
-class ModelNew(_cls):
+class ModelNew(torch.nn.Module):
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._maxcode_compiled = torch.compile(super().forward, {args})
+        super().__init__()
+        self._maxcode_wrap(_cls(*args, **kwargs))
+
+    @classmethod
+    def maxcode_from(cls, instance):
+        """Around the reference's own instance (the live one at run time, a copy of the
+        captured one in the oracle): its weights and its constructor's arguments."""
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)
+        new._maxcode_wrap(instance)
+        return new
+
+    def _maxcode_wrap(self, inner):
+        self.inner = inner
+        self._maxcode_compiled = torch.compile(types.MethodType(_forward, inner), {args})
 
     def forward(self, *args):
         return self._maxcode_compiled(*args)
@@ -182,31 +197,6 @@ def compile_candidate_text(target_id: str, module: str, qualname: str, kind: str
     if kind == "module":
         return COMPILE_MODULE_TEMPLATE.format(**fields)
     return COMPILE_TEMPLATE.format(**fields, name=qualname.split(".")[-1])
-
-
-def builds_without_arguments(source: str, qualname: str) -> bool:
-    """Whether the class ``qualname`` in ``source`` can be built as ``Cls()``, read from its
-    source (the reference's code does not run in this process): how the runtime dispatcher
-    builds a compat ``ModelNew`` before it loads the live module's weights into it."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False
-    body: list[ast.stmt] = tree.body
-    found: ast.ClassDef | None = None
-    for part in qualname.split("."):
-        found = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
-        if found is None:
-            return False
-        body = found.body
-    if found is None:
-        return False
-    init = next((n for n in found.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-    if init is None:  # inherited: known only for torch's own Module
-        return all(ast.unparse(b) in ("Module", "nn.Module", "torch.nn.Module") for b in found.bases)
-    a = init.args
-    required = len(a.posonlyargs + a.args) - 1 - len(a.defaults)  # self has no default
-    return required <= 0 and all(d is not None for d in a.kw_defaults)
 
 
 EXT = {"cpp": ".cpp", "cuda": ".cu", "py": ".py"}
@@ -276,19 +266,11 @@ class BuiltinPolicy:
         return Proposal(spec, f"accepted:{entry.kernel}", {})
 
     def _compilable(self) -> bool:
-        """Whether a compiled copy of the reference can stand in for it: a function always; a
-        KernelBench problem's Model is rebuilt from get_init_inputs() under the oracle's seed; a
-        module marked in a project must build without arguments (the runtime builds ModelNew()
-        and loads the live module's weights into it, and the oracle the captured instance's)."""
-        if self.target.kind == "function" or self.target.problem:
-            return True
-        if self.target.kind != "module":
-            return False
-        try:
-            source = self.target.source_file.read_text(errors="replace")
-        except OSError:
-            return False
-        return builds_without_arguments(source, self.target.qualname)
+        """Whether a compiled copy of the reference can stand in for it: a function, or a module
+        (a KernelBench problem's Model is rebuilt from get_init_inputs() under the oracle's
+        seed; a module marked in a project is wrapped by ``ModelNew.maxcode_from``, around the
+        live instance at run time and a copy of the captured one in the oracle)."""
+        return self.target.kind in ("function", "module")
 
     def proposals(self) -> list[Proposal]:
         first = self.accepted()

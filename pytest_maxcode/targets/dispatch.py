@@ -437,6 +437,8 @@ class CompatDispatcher:
         self.calls = 0
         _TRACED.append(self)
         self.instances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        #: per thread: whether this thread is inside the kernel (see __call__)
+        self._inside = threading.local()
 
     def _load_now(self) -> None:
         try:
@@ -456,18 +458,16 @@ class CompatDispatcher:
         return impl
 
     def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if getattr(self._inside, "active", False):
+            # the kernel calls the target itself (a compiled copy of the reference's forward, a
+            # subclass's super().forward()): that inner call is the reference's, not the kernel again
+            return ref(*args, **kwargs)
+        self._inside.active = True
         try:
             if self.impl is None:
                 self.impl = self._load()
             if self.handle.kind == "module":
-                module = args[0]
-                inst = self.instances.get(module)
-                if inst is None:
-                    inst = self.impl() if isinstance(self.impl, type) else self.impl
-                    if hasattr(inst, "load_state_dict"):
-                        inst.load_state_dict(module.state_dict(), strict=False)
-                    self.instances[module] = inst
-                out = inst(*args[1:], **kwargs)
+                out = self._instance(args[0])(*args[1:], **kwargs)
             else:
                 impl = self.impl() if isinstance(self.impl, type) else self.impl
                 out = impl(*args, **kwargs)
@@ -477,3 +477,20 @@ class CompatDispatcher:
             self.handle.use_reference(f"kernel failed: {e}")
             self.handle.warn_once("compat", f"the accepted kernel failed ({e}); using the reference")
             return ref(*args, **kwargs)
+        finally:
+            self._inside.active = False
+
+    def _instance(self, module: Any) -> Any:
+        """The kernel's module for this live one: built around it where ``ModelNew`` says how
+        (``maxcode_from``: its weights and constructor's arguments, shared), else built with no
+        arguments and given a copy of its weights."""
+        inst = self.instances.get(module)
+        if inst is None:
+            if isinstance(self.impl, type) and hasattr(self.impl, "maxcode_from"):
+                inst = self.impl.maxcode_from(module)
+            else:
+                inst = self.impl() if isinstance(self.impl, type) else self.impl
+                if hasattr(inst, "load_state_dict"):
+                    inst.load_state_dict(module.state_dict(), strict=False)
+            self.instances[module] = inst
+        return inst

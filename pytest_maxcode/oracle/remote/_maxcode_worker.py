@@ -624,10 +624,16 @@ class _Candidate:
             if isinstance(target, type):
                 try:
                     torch.manual_seed(job["model_seed"])
-                    target = target(*ref.init_inputs()).to(self.device).eval()
-                    if getattr(ref, "instance", None) is not None and hasattr(target, "load_state_dict"):
-                        # the captured module's weights, as the runtime dispatcher loads the live module's
-                        target.load_state_dict(ref.instance.state_dict(), strict=False)
+                    instance = getattr(ref, "instance", None)
+                    if instance is not None and hasattr(target, "maxcode_from"):
+                        # built around its own copy of the captured module, as the runtime
+                        # dispatcher builds it around the live one (constructor arguments and all)
+                        target = target.maxcode_from(copy.deepcopy(instance).to(self.device).eval())
+                    else:
+                        target = target(*ref.init_inputs()).to(self.device).eval()
+                        if instance is not None and hasattr(target, "load_state_dict"):
+                            # the captured module's weights, as the runtime dispatcher loads the live module's
+                            target.load_state_dict(instance.state_dict(), strict=False)
                 except Exception as e:
                     status = "compile_error" if _is_build_error(e) else "runtime_error"
                     raise CandidateError(status, _one_line_exc(e)) from None
