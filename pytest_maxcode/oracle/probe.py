@@ -22,7 +22,7 @@ import torch
 from .._files import write_atomic
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -35,7 +35,7 @@ def _cpu_model() -> str:
 def machine_fingerprint(device: str) -> dict[str, str]:
     info = {
         "host": platform.node(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": str(os.cpu_count()),
         "torch": torch.__version__,
         "device": device,

@@ -453,7 +453,7 @@ def describe_device(device: str) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(0)
         d.update(name=props.name, sms=props.multi_processor_count)
     else:
-        d.update(name=probe._cpu_model(), cores=os.cpu_count())
+        d.update(name=probe.cpu_model(), cores=os.cpu_count())
     try:
         d["bytes_per_s"] = float(probe.bandwidth(probe.cache_dir(), device if device == "cuda" and torch.cuda.is_available() else "cpu")["bytes_per_s"])
     except (OSError, RuntimeError):
