@@ -139,7 +139,8 @@ def wait(ctl, base: int, word: int, ready, spin_s: float = 0.002, timeout_s: flo
     be woken), so an answer that is due soon is awaited spinning; sleeping frees the core
     when it is not (on a loaded 2-core runner two spinning processes would be descheduled
     for whole time slices). ``check()`` runs between sleeps and may raise (a deadline, a
-    peer that is gone).
+    peer that is gone). Seven parameters because the worker, which imports nothing from the
+    package, calls it with the raw mapping and offsets; the tests call it the same way.
     """
     now = time.perf_counter
     spin_end = now() + spin_s
