@@ -9,11 +9,15 @@ filtered run can carry the previous report's other targets over unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .strenum import PlainStrEnum
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 #: the JSON a report holds below the typed fields (a workload row, a trajectory row, ...)
 Json = dict[str, Any]
@@ -84,6 +88,138 @@ class Measurement:
     kernel_us: float | None = None
 
 
+
+R = TypeVar("R", bound="JsonRow")
+
+#: a row's own bookkeeping, not keys of its JSON
+_ROW_META = ("extra", "absent")
+
+
+class JsonRow:
+    """A nested row of the report (a workload, a benchmark, an evaluation, ...): typed fields named
+    as the schema's keys, ``extra`` for keys this version does not know (a newer version's, a
+    plugin's), and ``absent`` for known keys the JSON it was read from lacked (an older version's
+    row), so a row read and written back is the row that was read. Each subclass is a dataclass
+    that declares ``extra`` and ``absent`` last; its field order is the order its keys are written."""
+
+    extra: Json
+    absent: frozenset[str]
+
+    def to_json(self) -> Json:
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)  # type: ignore[arg-type]
+               if f.name not in _ROW_META and f.name not in self.absent}
+        return {**self.extra, **out}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        names = [f.name for f in fields(cls) if f.name not in _ROW_META]  # type: ignore[arg-type]
+        return cls(**{k: data[k] for k in names if k in data},  # type: ignore[call-arg]
+                   extra={k: v for k, v in data.items() if k not in names},
+                   absent=frozenset(k for k in names if k not in data))
+
+
+@dataclass
+class WorkloadResult(JsonRow):
+    """The best kernel's numbers on one workload (the schema's ``workload``)."""
+
+    name: str = ""
+    signature: str = ""
+    n_sets: int = 0
+    speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    reference_s: float | None = None
+    candidate_s: float | None = None
+    extra: Json = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
+
+
+@dataclass
+class Timing(JsonRow):
+    """One side of a re-run pytest-benchmark test, pooled over its runs (the schema's ``timing``)."""
+
+    median_s: float = 0.0
+    mean_s: float = 0.0
+    stddev_s: float = 0.0
+    rounds: int = 0
+    extra: Json = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
+
+
+@dataclass
+class BenchmarkResult(JsonRow):
+    """One of the user's pytest-benchmark tests, re-run with the reference and with the kernel
+    (the schema's ``benchmark``): the user's own view of the change, deciding nothing."""
+
+    name: str = ""
+    reference: Timing | None = None
+    candidate: Timing | None = None
+    speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    #: pairs of runs (reference, then candidate) the numbers pool
+    runs: int = 1
+    extra: Json = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("reference", "candidate") and isinstance(value, Mapping):
+            value = Timing.from_json(value)
+        object.__setattr__(self, name, value)
+
+
+@dataclass
+class Evaluation(JsonRow):
+    """One evaluated search node, in the order the search paid for them (the schema's
+    ``evaluation``: one row of a target's ``trajectory``)."""
+
+    #: 1-based, in evaluation order
+    index: int = 0
+    #: None for a format failure (no code to hash)
+    hash: str | None = None
+    origin: str = ""
+    status: str = ""
+    speedup: float | None = None
+    #: the candidate's own median time, what ranks ``faster`` evaluations against each other
+    candidate_s: float | None = None
+    speedup_ci: list[float] | None = None
+    #: a not_faster verdict whose interval was too wide to decide: never reused from the store
+    undecided: bool = False
+    #: the OS sandbox the candidate ran in
+    sandbox: str | None = None
+    #: a seed's tunable values
+    params: dict[str, Any] = field(default_factory=dict)
+    #: the verdict's first reasons (or the proposal's error)
+    reasons: list[str] = field(default_factory=list)
+    #: the verdict was taken from the store instead of measured again
+    resumed: bool = False
+    #: the node's id in the store (None: not stored)
+    node: int | None = None
+    #: the parent evaluation's ``index`` (None: a root, started from the reference)
+    parent: int | None = None
+    #: None only in a report written before search trees
+    depth: int | None = None
+    step: int = 0
+    reward: float | None = None
+    strategy: str = ""
+    critique: str | None = None
+    critique_flags: list[str] = field(default_factory=list)
+    samples: int = 1
+    #: the confirmed speedup of the best ``faster`` evaluation so far (None while none was)
+    best_so_far: float | None = None
+    extra: Json = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
+
+
+@dataclass
+class Remeasure(JsonRow):
+    """How to check the quoted speedup: the command (run from the project's root) that times the
+    kernel again in fresh processes, and the interval each repeat should land in."""
+
+    command: str = ""
+    expect: list[float] | None = None
+    extra: Json = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
+
+
 #: keys written only when set (the schema does not require them)
 _OPTIONAL = ("kind", "sandbox", "search", "range_limited", "accept_range_limited", "stop_reason", "device", "arch",
              "reference", "outputs", "signatures", "returns", "pack", "measurement", "remeasure")
@@ -107,12 +243,12 @@ class TargetResult:
     weak_check: bool = False
     baseline_s: float | None = None
     best_s: float | None = None
-    workloads: list[Json] = field(default_factory=list)
+    workloads: list[WorkloadResult] = field(default_factory=list)
     candidates: CandidateCounts = field(default_factory=CandidateCounts)
     best: BestKernel | None = None
     tests: RerunResult = field(default_factory=RerunResult)
-    benchmarks: list[Json] = field(default_factory=list)
-    trajectory: list[Json] = field(default_factory=list)
+    benchmarks: list[BenchmarkResult] = field(default_factory=list)
+    trajectory: list[Evaluation] = field(default_factory=list)
     elapsed_s: float = 0.0
     sandbox: str | None = None
     search: Json | None = None
@@ -131,8 +267,8 @@ class TargetResult:
     pack: str | None = None
     #: how noisy the machine was while the quoted speedup was measured (see :class:`Measurement`)
     measurement: Measurement | None = None
-    #: how to check the quoted speedup: ``{"command": ..., "expect": [low, high]}``
-    remeasure: Json | None = None
+    #: how to check the quoted speedup (see :class:`Remeasure`)
+    remeasure: Remeasure | None = None
     #: keys this version does not know: written by a newer one, or added by a plugin
     extra: Json = field(default_factory=dict)
 
@@ -142,6 +278,10 @@ class TargetResult:
                 value = TargetStatus(value)
             except ValueError:
                 raise ValueError(f"unknown target status {value!r}") from None
+        elif name in _ROW_TYPES and isinstance(value, list):
+            value = [_row(_ROW_TYPES[name], r) for r in value]
+        elif name == "remeasure" and value is not None:
+            value = _row(Remeasure, value)
         object.__setattr__(self, name, value)
 
     @classmethod
@@ -193,6 +333,16 @@ class Report:
         }
 
 
+#: the lists of rows a target holds, and each one's row type
+_ROW_TYPES: dict[str, type[JsonRow]] = {"workloads": WorkloadResult, "benchmarks": BenchmarkResult, "trajectory": Evaluation}
+
+
+def _row(cls: type[R], value: R | Mapping[str, Any]) -> R:
+    """A row as its type: rows given as dicts (read from a report, or built by an older caller)
+    are converted, so every reader of a :class:`TargetResult` sees attributes."""
+    return value if isinstance(value, cls) else cls.from_json(value)  # type: ignore[arg-type]
+
+
 def _known(cls: type, data: Json) -> Json:
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in names}
@@ -200,6 +350,8 @@ def _known(cls: type, data: Json) -> Json:
 
 def _plain(value: Any) -> Any:
     """The JSON shape of a field's value: nested records become dicts, enums their strings."""
+    if isinstance(value, JsonRow):
+        return value.to_json()
     if isinstance(value, Enum):
         return value.value
     if hasattr(value, "__dataclass_fields__"):
