@@ -25,13 +25,17 @@ from .apply import apply_report
 from .errors import MaxcodeError, SearchInterrupted
 from .llm import make_critic_service, make_scorer_service, make_service
 from .model.report import (
+    BenchmarkResult,
     BestKernel,
     CandidateCounts,
+    Evaluation,
     Measurement,
+    Remeasure,
     Report,
     RerunResult,
     TargetResult,
     TargetStatus,
+    WorkloadResult,
 )
 from .model.search import NodeRow
 from .model.verdict import Verdict
@@ -464,7 +468,7 @@ class MaxcodeSession:
         tests = checked["tests"]
         entry.tests = RerunResult(rerun=list(tests["rerun"]), passed=tests["passed"], summary=tests["summary"],
                                kernel_calls=tests.get("kernel_calls"))
-        entry.benchmarks = checked["benchmarks"]
+        entry.benchmarks = [BenchmarkResult.from_json(b) for b in checked["benchmarks"]]
         entry.verified = bool(tests["passed"]) and not entry.weak_check
         entry.status = TargetStatus.VERIFIED if entry.verified else TargetStatus.NOT_VERIFIED
         if not tests["passed"]:
@@ -516,7 +520,7 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     return entry
 
 
-def _trajectory_rows(result: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def _trajectory_rows(result: Any) -> tuple[list[Evaluation], dict[str, int]]:
     """One report row per evaluated node, and how many candidates failed, by status."""
     failed: dict[str, int] = {}
     rows = []
@@ -524,18 +528,18 @@ def _trajectory_rows(result: Any) -> tuple[list[dict[str, Any]], dict[str, int]]
         p, v = node.proposal, node.verdict
         if not (v.correct and v.speedup is not None):
             failed[v.status] = failed.get(v.status, 0) + 1
-        rows.append({
-            "index": node.index + 1, "hash": v.hash, "origin": p.origin, "status": v.status, "speedup": v.speedup,
-            "candidate_s": v.candidate_s, "speedup_ci": v.speedup_ci, "undecided": bool(v.diagnostics.get("undecided")),
-            "sandbox": v.sandbox, "params": p.params, "reasons": (v.reasons or [p.error or ""])[:2],
-            "resumed": bool(v.diagnostics.get("resumed")),
-            "node": node.id, "parent": node.parent.index + 1 if node.parent is not None else None,
-            "depth": node.depth, "step": node.step, "reward": node.reward, "strategy": result.strategy,
-            "critique": node.critique, "critique_flags": list(node.critique_flags), "samples": node.samples,
-        })
+        rows.append(Evaluation(
+            index=node.index + 1, hash=v.hash, origin=p.origin, status=v.status, speedup=v.speedup,
+            candidate_s=v.candidate_s, speedup_ci=v.speedup_ci, undecided=bool(v.diagnostics.get("undecided")),
+            sandbox=v.sandbox, params=p.params, reasons=(v.reasons or [p.error or ""])[:2],
+            resumed=bool(v.diagnostics.get("resumed")),
+            node=node.id, parent=node.parent.index + 1 if node.parent is not None else None,
+            depth=node.depth, step=node.step, reward=node.reward, strategy=result.strategy,
+            critique=node.critique, critique_flags=list(node.critique_flags), samples=node.samples,
+        ))
     # the report's one rule for "best" (a faster node, lowest own time), so the curve ends on the quoted number
-    for row, (_, best) in zip(rows, best_so_far_curve(rows)):
-        row["best_so_far"] = best
+    for row, (_, best) in zip(rows, best_so_far_curve(r.to_json() for r in rows)):
+        row.best_so_far = best
     return rows, failed
 
 
@@ -546,12 +550,12 @@ def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
     outputs = {key: w.get("outputs", []) for w in result.workloads for key in w["arg_keys"]}
     signatures = [w["layout"] for w in result.workloads]
     entry.workloads = [
-        {
-            "name": w["name"], "signature": w["signature"], "n_sets": w.get("n_sets", 0),
-            "speedup": wl_diag.get(w["name"], {}).get("speedup"), "speedup_ci": wl_diag.get(w["name"], {}).get("speedup_ci"),
-            "reference_s": wl_diag.get(w["name"], {}).get("reference", {}).get("median_s"),
-            "candidate_s": wl_diag.get(w["name"], {}).get("candidate", {}).get("median_s"),
-        }
+        WorkloadResult(
+            name=w["name"], signature=w["signature"], n_sets=w.get("n_sets", 0),
+            speedup=wl_diag.get(w["name"], {}).get("speedup"), speedup_ci=wl_diag.get(w["name"], {}).get("speedup_ci"),
+            reference_s=wl_diag.get(w["name"], {}).get("reference", {}).get("median_s"),
+            candidate_s=wl_diag.get(w["name"], {}).get("candidate", {}).get("median_s"),
+        )
         for w in result.workloads
     ]
     kernels = root / ".maxcode" / "reports" / "kernels"
@@ -571,7 +575,7 @@ def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
         entry.pack = packs.pop() if len(packs) == 1 else "other"
     entry.measurement = _measurement(v)
     if v.speedup is not None and v.speedup_ci:
-        entry.remeasure = {"command": command(entry.id), "expect": list(v.speedup_ci)}
+        entry.remeasure = Remeasure(command(entry.id), list(v.speedup_ci))
     if v.status == "faster":
         entry.status, entry.reason = TargetStatus.FASTER, v.reasons[0] if v.reasons else ""
     else:
