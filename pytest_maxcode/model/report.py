@@ -117,6 +117,28 @@ class JsonRow:
                    extra={k: v for k, v in data.items() if k not in names},
                    absent=frozenset(k for k in names if k not in data))
 
+    def given(self, name: str) -> bool:
+        """Whether the row holds ``name`` (False for a key an older version's row lacked): a
+        renderer shows "?" for a value it was never told, not the field's default."""
+        return name not in self.absent
+
+
+def rows_of(cls: type[R], rows: Any) -> list[R]:
+    """A list of rows read from a report on disk (``t.get("workloads")``, ...) as ``cls``, for the
+    renderers: no list is no rows, and an entry that is not an object is left out, so a damaged
+    or hand-edited report still renders."""
+    if not isinstance(rows, (list, tuple)):
+        return []
+    return [r if isinstance(r, cls) else cls.from_json(r) for r in rows if isinstance(r, (cls, Mapping))]
+
+
+def row_of(cls: type[R], value: Any) -> R | None:
+    """One row read from a report on disk (``t.get("remeasure")``) as ``cls``; None where it is
+    missing or not an object."""
+    if isinstance(value, cls):
+        return value
+    return cls.from_json(value) if isinstance(value, Mapping) else None
+
 
 @dataclass
 class WorkloadResult(JsonRow):
@@ -124,7 +146,8 @@ class WorkloadResult(JsonRow):
 
     name: str = ""
     signature: str = ""
-    n_sets: int = 0
+    #: None only in a row that did not say
+    n_sets: int | None = None
     speedup: float | None = None
     speedup_ci: list[float] | None = None
     reference_s: float | None = None
@@ -135,12 +158,13 @@ class WorkloadResult(JsonRow):
 
 @dataclass
 class Timing(JsonRow):
-    """One side of a re-run pytest-benchmark test, pooled over its runs (the schema's ``timing``)."""
+    """One side of a re-run pytest-benchmark test, pooled over its runs (the schema's ``timing``;
+    None only in a row that did not say)."""
 
-    median_s: float = 0.0
-    mean_s: float = 0.0
-    stddev_s: float = 0.0
-    rounds: int = 0
+    median_s: float | None = None
+    mean_s: float | None = None
+    stddev_s: float | None = None
+    rounds: int | None = None
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -161,8 +185,8 @@ class BenchmarkResult(JsonRow):
     absent: frozenset[str] = frozenset()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("reference", "candidate") and isinstance(value, Mapping):
-            value = Timing.from_json(value)
+        if name in ("reference", "candidate"):  # read from JSON: an object is a Timing, anything else none
+            value = row_of(Timing, value)
         object.__setattr__(self, name, value)
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..model.report import Evaluation, Remeasure, row_of, rows_of
 from ..model.verdict import undecided
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -238,9 +239,9 @@ def _undecided_example(t: Mapping[str, Any], min_speedup: float) -> str | None:
     From the evaluations' own flag (set by the oracle, whatever the target's bar), else from the
     target's best correct candidate measured against the run's bar.
     """
-    for e in t.get("trajectory") or []:
-        if isinstance(e, Mapping) and e.get("undecided"):
-            return fmt_speedup(e.get("speedup"), e.get("speedup_ci"))
+    for e in rows_of(Evaluation, t.get("trajectory")):
+        if e.undecided:
+            return fmt_speedup(e.speedup, e.speedup_ci)
     if undecided("not_faster", t.get("speedup_ci"), min_speedup):
         return fmt_speedup(t.get("speedup"), t.get("speedup_ci"))
     return None
@@ -293,13 +294,13 @@ def range_line(t: Mapping[str, Any]) -> str:
 
 def remeasure_text(t: Mapping[str, Any]) -> tuple[str, str] | None:
     """A quoted speedup's re-measure command and what each repeat should land in, or None."""
-    r = t.get("remeasure") if isinstance(t, Mapping) else None
-    if not isinstance(r, Mapping) or not r.get("command"):
+    r = row_of(Remeasure, t.get("remeasure")) if isinstance(t, Mapping) else None
+    if r is None or not r.command:
         return None
-    expect = r.get("expect")
+    expect = r.expect
     lo, hi = (finite(expect[0]), finite(expect[1])) if isinstance(expect, Sequence) and len(expect) == 2 else (None, None)
     where = f"each repeat should land in [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "no interval to land in"
-    return str(r["command"]), where
+    return str(r.command), where
 
 
 def noise_text(t: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..model.report import BenchmarkResult, Timing, WorkloadResult, rows_of
 from . import _format as f
 
 _MD_SPECIAL = "\\`*_|~#"
@@ -41,38 +42,38 @@ def _target_section(t: Mapping[str, Any]) -> list[str]:
         out += [f"  - {md_escape(n)}" for n in tests["rerun"]]
     out.append("")
 
-    workloads = t.get("workloads") or []
+    workloads = rows_of(WorkloadResult, t.get("workloads"))
     if workloads:
         out += ["### Workloads", ""]
         out += _table(
             ("workload", "signature", "input sets", "reference", "candidate", "speedup"),
             (
                 (
-                    str(w.get("name", "?")),
-                    str(w.get("signature", "")),
-                    str(w.get("n_sets", "-")),
-                    f.fmt_time(w.get("reference_s")),
-                    f.fmt_time(w.get("candidate_s")),
-                    f.fmt_speedup(w.get("speedup"), w.get("speedup_ci")),
+                    str(w.name) if w.given("name") else "?",
+                    str(w.signature),
+                    "-" if w.n_sets is None else str(w.n_sets),
+                    f.fmt_time(w.reference_s),
+                    f.fmt_time(w.candidate_s),
+                    f.fmt_speedup(w.speedup, w.speedup_ci),
                 )
                 for w in workloads
             ),
         )
         out.append("")
 
-    benchmarks = t.get("benchmarks") or []
+    benchmarks = rows_of(BenchmarkResult, t.get("benchmarks"))
     if benchmarks:
         out += ["### Benchmarks", ""]
 
-        def timing(b: Any) -> tuple[str, str, str]:
-            b = b if isinstance(b, Mapping) else {}
-            mean_sd = f"{f.fmt_time(b.get('mean_s'))} ± {f.fmt_time(b.get('stddev_s'))}"
-            return f.fmt_time(b.get("median_s")), mean_sd, str(b.get("rounds", "-"))
+        def timing(b: Timing | None) -> tuple[str, str, str]:
+            b = b or Timing()
+            mean_sd = f"{f.fmt_time(b.mean_s)} ± {f.fmt_time(b.stddev_s)}"
+            return f.fmt_time(b.median_s), mean_sd, "-" if b.rounds is None else str(b.rounds)
 
         rows = []
         for b in benchmarks:
-            r, c = timing(b.get("reference")), timing(b.get("candidate"))
-            rows.append((str(b.get("name", "?")), r[0], c[0], r[1], c[1], f"{r[2]} / {c[2]}", f.fmt_speedup(b.get("speedup"), b.get("speedup_ci"))))
+            r, c = timing(b.reference), timing(b.candidate)
+            rows.append((str(b.name) if b.given("name") else "?", r[0], c[0], r[1], c[1], f"{r[2]} / {c[2]}", f.fmt_speedup(b.speedup, b.speedup_ci)))
         out += _table(
             (
                 "benchmark",
