@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..apply import is_program
+from ..model.report import BenchmarkResult, Evaluation, Timing, WorkloadResult, rows_of
 from ..report import fmt_time, md_escape, noise_text, remeasure_text, sandbox_weak
 
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
@@ -54,10 +55,10 @@ class Accepted:
     def measured_in(self, t: Mapping[str, Any]) -> Accepted:
         """This kernel with the figures the report's search measured for it, where it did: its
         own node (origin ``accepted:``, the same source), correct and timed."""
-        for row in t.get("trajectory") or []:
-            if (row.get("origin") == f"accepted:{self.kernel}" and row.get("hash") == self.candidate_hash
-                    and row.get("status") in ("faster", "not_faster") and row.get("speedup")):
-                return replace(self, run_speedup=float(row["speedup"]), run_ci=interval(row.get("speedup_ci")))
+        for row in rows_of(Evaluation, t.get("trajectory")):
+            if (row.origin == f"accepted:{self.kernel}" and row.hash == self.candidate_hash
+                    and row.status in ("faster", "not_faster") and row.speedup):
+                return replace(self, run_speedup=float(row.speedup), run_ci=interval(row.speedup_ci))
         return self
 
 
@@ -252,13 +253,13 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where:
         "|---|---:|---:|---:|",
         f"| **all (geometric mean)** | {fmt_time(t.get('baseline_s'))} | {fmt_time(t.get('best_s'))} | **{nums.x}**{ci_text(nums.ci)} |",
     ]
-    for w in t.get("workloads") or []:
-        out.append(f"| {code(w['signature'], cell=True)} ({w['n_sets']} input sets) | {fmt_time(w.get('reference_s'))} | "
-                   f"{fmt_time(w.get('candidate_s'))} | {w['speedup']:.3g}x{ci_text(w.get('speedup_ci'))} |")
+    for w in rows_of(WorkloadResult, t.get("workloads")):
+        out.append(f"| {code(w.signature, cell=True)} ({w.n_sets} input sets) | {fmt_time(w.reference_s)} | "
+                   f"{fmt_time(w.candidate_s)} | {w.speedup:.3g}x{ci_text(w.speedup_ci)} |")
     out += ["", f"Verdict: {text(t.get('reason', ''))}"]
     out += _reproduce(t)
     out += _warnings(t)
-    out += _benchmarks(t.get("benchmarks") or [])
+    out += _benchmarks(rows_of(BenchmarkResult, t.get("benchmarks")))
     out += _tests(t)
     out += _environment(t, report)
     out += _search(t)
@@ -310,18 +311,18 @@ def _warnings(t: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _benchmarks(benchmarks: Sequence[Mapping[str, Any]]) -> list[str]:
+def _benchmarks(benchmarks: Sequence[BenchmarkResult]) -> list[str]:
     if not benchmarks:
         return []
-    runs = max((int(b.get("runs") or 1) for b in benchmarks), default=1)
+    runs = max((int(b.runs or 1) for b in benchmarks), default=1)
     how = f"{runs} runs each, alternating" if runs > 1 else "one run each"
     out = ["", f"### Your benchmarks (pytest-benchmark, re-run with and without the kernel: {how})", "",
            "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup (95% CI) | rounds |", "|---|---:|---:|---:|---:|"]
     for b in benchmarks:
-        r, c = b["reference"], b["candidate"]
-        out.append(f"| {code(b['name'], cell=True)} | {fmt_time(r['median_s'])} ± {fmt_time(r.get('stddev_s'))} | "
-                   f"{fmt_time(c['median_s'])} ± {fmt_time(c.get('stddev_s'))} | {b['speedup']:.3g}x{ci_text(b.get('speedup_ci'))} | "
-                   f"{text(r.get('rounds', '?'))} / {text(c.get('rounds', '?'))} |")
+        r, c = b.reference or Timing(), b.candidate or Timing()
+        out.append(f"| {code(b.name, cell=True)} | {fmt_time(r.median_s)} ± {fmt_time(r.stddev_s)} | "
+                   f"{fmt_time(c.median_s)} ± {fmt_time(c.stddev_s)} | {b.speedup:.3g}x{ci_text(b.speedup_ci)} | "
+                   f"{text(r.rounds if r.given('rounds') else '?')} / {text(c.rounds if c.given('rounds') else '?')} |")
     return out
 
 
