@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..model.report import BenchmarkResult, Evaluation, Timing, WorkloadResult, rows_of
 from . import _format as f
 from .tree import best_key, best_so_far_curve
 
@@ -140,7 +141,7 @@ def _step_line(points: Sequence[tuple[int, float | None]], x: Any, y: Any, colou
     return parts
 
 
-def trajectory_svg(trajectory: Sequence[Mapping[str, Any]], min_speedup: float | None, title: str = "") -> str:
+def trajectory_svg(trajectory: Sequence[Evaluation], min_speedup: float | None, title: str = "") -> str:
     """Best-so-far speedup against evaluation index, with each evaluation's own result as a dot.
 
     Dashed lines mark 1.0x (no change) and the run's minimum speedup, so it shows at a glance
@@ -149,9 +150,10 @@ def trajectory_svg(trajectory: Sequence[Mapping[str, Any]], min_speedup: float |
     n = len(trajectory)
     if n == 0:
         return '<p class="empty">no evaluations</p>'
-    speedups = [f.finite(e.get("speedup")) for e in trajectory]
-    # drawn from the verdicts, by the rule show and the curves use: only a faster node is best
-    best = [b for _, b in best_so_far_curve(trajectory)]
+    speedups = [f.finite(e.speedup) for e in trajectory]
+    # drawn from the verdicts, by the rule show and the curves use (over rows as dicts, as the
+    # store's nodes are): only a faster node is best
+    best = [b for _, b in best_so_far_curve(e.to_json() for e in trajectory)]
     minsp = f.finite(min_speedup)
     values = [v for v in speedups + best if v is not None] + [1.0] + ([minsp] if minsp is not None else [])
     step = _nice_step(max(values) * 1.05)
@@ -176,10 +178,10 @@ def trajectory_svg(trajectory: Sequence[Mapping[str, Any]], min_speedup: float |
     parts += _step_line(list(enumerate(best, start=1)), x, y, _LINE)
     # one dot per evaluation, coloured by whether the candidate was correct
     for i, (e, s) in enumerate(zip(trajectory, speedups), start=1):
-        status = str(e.get("status", "?"))
+        status = _status(e)
         ok = status in f.CORRECT_STATUSES
         cy = y(s) if s is not None else _MT + ph
-        tip = f"#{i} {status}, speedup {f.fmt_ratio(s)}, origin {e.get('origin', '?')}, hash {str(e.get('hash') or '-')[:12]}"
+        tip = f"#{i} {status}, speedup {f.fmt_ratio(s)}, origin {_origin(e)}, hash {str(e.hash or '-')[:12]}"
         fill = _OK if ok else _BAD
         parts.append(
             f'<circle cx="{x(i):.1f}" cy="{cy:.1f}" r="4" fill="{fill}" stroke="#ffffff" stroke-width="1" '
@@ -214,22 +216,30 @@ STATUS_COLOURS: dict[str, str] = {
 _CURVE_COLOURS = ("#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#1b7c83", "#9a6700", "#57606a")
 
 
-def _best_index(trajectory: Sequence[Mapping[str, Any]], best: Any) -> int | None:
+def _status(e: Evaluation) -> str:
+    return str(e.status) if e.given("status") else "?"
+
+
+def _origin(e: Evaluation) -> str:
+    return str(e.origin) if e.given("origin") else "?"
+
+
+def _best_index(trajectory: Sequence[Evaluation], best: Any) -> int | None:
     """Position of the report's best candidate in the trajectory (its best ``faster`` evaluation),
     else of the best ``faster`` evaluation; None when nothing was ``faster``: a merely correct
     candidate is never ringed as best."""
-    faster = [(i, key) for i, e in enumerate(trajectory) if (key := best_key(e)) is not None]
+    faster = [(i, key) for i, e in enumerate(trajectory) if (key := best_key(e.to_json())) is not None]
     if isinstance(best, Mapping) and best.get("hash"):
-        same = [(i, k) for i, k in faster if trajectory[i].get("hash") == best["hash"]]
+        same = [(i, k) for i, k in faster if trajectory[i].hash == best["hash"]]
         faster = same or faster
     if not faster:
         return None
     return max(faster, key=lambda c: (c[1], -c[0]))[0]
 
 
-def has_tree(trajectory: Sequence[Mapping[str, Any]]) -> bool:
+def has_tree(trajectory: Sequence[Evaluation]) -> bool:
     """Whether the trajectory says who descends from whom (reports before search trees do not)."""
-    return any("parent" in e or "depth" in e for e in trajectory)
+    return any(e.given("parent") or e.given("depth") for e in trajectory)
 
 
 @dataclass
@@ -248,13 +258,13 @@ class _TreeLayout:
         return [k for k in self.order if self.par[k] is None]
 
 
-def _tree_layout(trajectory: Sequence[Mapping[str, Any]]) -> _TreeLayout:
+def _tree_layout(trajectory: Sequence[Evaluation]) -> _TreeLayout:
     """Depths from the structure, leaves numbered left to right, each parent centred over its children."""
     n = len(trajectory)
-    pos_of = {e.get("index"): k for k, e in enumerate(trajectory) if isinstance(e.get("index"), int)}
+    pos_of = {e.index: k for k, e in enumerate(trajectory) if e.given("index") and isinstance(e.index, int)}
     par: list[int | None] = []
     for k, e in enumerate(trajectory):
-        p = pos_of.get(e.get("parent")) if e.get("parent") is not None else None
+        p = pos_of.get(e.parent) if e.parent is not None else None
         par.append(None if p == k else p)
     children: list[list[int]] = [[] for _ in range(n)]
     for k, p in enumerate(par):
@@ -287,11 +297,11 @@ def _tree_layout(trajectory: Sequence[Mapping[str, Any]]) -> _TreeLayout:
     return _TreeLayout(par, children, depth, order, xslot, leaves)
 
 
-def _tree_legend(trajectory: Sequence[Mapping[str, Any]], with_best: bool, left: float, width: int) -> list[tuple[str, float, int]]:
+def _tree_legend(trajectory: Sequence[Evaluation], with_best: bool, left: float, width: int) -> list[tuple[str, float, int]]:
     """The verdicts present in the usual order, then the best ring, wrapped to the width:
     (status, or "" for the best ring; x; legend row)."""
-    present = [st for st in STATUS_COLOURS if any(e.get("status") == st for e in trajectory)]
-    present += sorted({str(e.get("status")) for e in trajectory} - set(STATUS_COLOURS))
+    present = [st for st in STATUS_COLOURS if any(e.status == st for e in trajectory)]
+    present += sorted({str(e.status if e.given("status") else None) for e in trajectory} - set(STATUS_COLOURS))
     legend: list[tuple[str, float, int]] = []
     lx, lrow = float(left), 0
     for st in present + ([""] if with_best else []):
@@ -303,19 +313,19 @@ def _tree_legend(trajectory: Sequence[Mapping[str, Any]], with_best: bool, left:
     return legend
 
 
-def _tree_dot(e: Mapping[str, Any], k: int, best: bool, cx: float, cy: float, r: float) -> str:
+def _tree_dot(e: Evaluation, k: int, best: bool, cx: float, cy: float, r: float) -> str:
     """One evaluation's dot, with its verdict, speedup, reward, origin and step on hover."""
-    status = str(e.get("status", "?"))
-    speed = f.finite(e.get("speedup"))
-    reward = f.finite(e.get("reward"))
+    status = _status(e)
+    speed = f.finite(e.speedup)
+    reward = f.finite(e.reward)
     tip = (
-        f"#{e.get('index', k)}"
-        + (f" (node {e['node']})" if e.get("node") is not None else "")
+        f"#{e.index if e.given('index') else k}"
+        + (f" (node {e.node})" if e.node is not None else "")
         + f" {status}, speedup {f.fmt_ratio(speed)}, reward {'-' if reward is None else f'{reward:.3g}'}, "
-        f"origin {e.get('origin', '?')}, step {e.get('step', '-')}"
-        + (f", strategy {e['strategy']}" if e.get("strategy") else "")
+        f"origin {_origin(e)}, step {e.step if e.given('step') else '-'}"
+        + (f", strategy {e.strategy}" if e.strategy else "")
     )
-    reasons = e.get("reasons")
+    reasons = e.reasons
     if isinstance(reasons, Sequence) and not isinstance(reasons, str) and reasons:
         tip += f": {reasons[0]}"
     if best:
@@ -327,10 +337,10 @@ def _tree_dot(e: Mapping[str, Any], k: int, best: bool, cx: float, cy: float, r:
     )
 
 
-def _best_label(e: Mapping[str, Any], best: Any, speedup: Any, cx: float, cy: float, r: float) -> str:
+def _best_label(e: Evaluation, best: Any, speedup: Any, cx: float, cy: float, r: float) -> str:
     """The best dot's label: the report's figure when the dot is the report's best candidate."""
-    same = isinstance(best, Mapping) and best.get("hash") and e.get("hash") == best["hash"]
-    quoted = speedup if same and f.finite(speedup) is not None else e.get("speedup")
+    same = isinstance(best, Mapping) and best.get("hash") and e.hash == best["hash"]
+    quoted = speedup if same and f.finite(speedup) is not None else e.speedup
     return (
         f'<text x="{cx + r + 5:.1f}" y="{cy + 4:.1f}" style="fill:#0969da;font-weight:600">'
         f"best {esc(f.fmt_ratio(quoted))}</text>"
@@ -350,7 +360,7 @@ def _tree_legend_svg(legend: Sequence[tuple[str, float, int]], top: float) -> li
     return parts
 
 
-def tree_svg(trajectory: Sequence[Mapping[str, Any]], best: Any = None, title: str = "", speedup: Any = None) -> str:
+def tree_svg(trajectory: Sequence[Evaluation], best: Any = None, title: str = "", speedup: Any = None) -> str:
     """The search tree: the reference on top, each evaluation a dot under the one it improved or fixed.
 
     Dots are coloured by verdict, the best candidate ringed and labelled (with ``speedup``, the
@@ -480,8 +490,8 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
         out.append(f"<li>tests re-run: {esc(f.fmt_tests(tests))}<ul>{items}</ul></li>")
     out.append("</ul>")
     out += _search_figures(t, min_speedup)
-    out += _workloads_table(t.get("workloads") or [])
-    out += _benchmarks_table(t.get("benchmarks") or [])
+    out += _workloads_table(rows_of(WorkloadResult, t.get("workloads")))
+    out += _benchmarks_table(rows_of(BenchmarkResult, t.get("benchmarks")))
     out.append("</section>")
     return "\n".join(out)
 
@@ -489,7 +499,7 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
 def _search_figures(t: Mapping[str, Any], min_speedup: float | None) -> list[str]:
     """The trajectory, the tree (when the search branched) and the per-strategy curves."""
     out = ["<h3>Search trajectory</h3>"]
-    trajectory = t.get("trajectory") or []
+    trajectory = rows_of(Evaluation, t.get("trajectory"))
     out.append(trajectory_svg(trajectory, min_speedup, title=f"{t.get('id', '?')}: best-so-far speedup"))
     if trajectory and has_tree(trajectory):
         out.append("<h3>Search tree</h3>")
@@ -503,17 +513,17 @@ def _search_figures(t: Mapping[str, Any], min_speedup: float | None) -> list[str
     return out
 
 
-def _workloads_table(workloads: Sequence[Mapping[str, Any]]) -> list[str]:
+def _workloads_table(workloads: Sequence[WorkloadResult]) -> list[str]:
     if not workloads:
         return []
     rows = [
         (
-            str(w.get("name", "?")),
-            str(w.get("signature", "")),
-            str(w.get("n_sets", "-")),
-            f.fmt_time(w.get("reference_s")),
-            f.fmt_time(w.get("candidate_s")),
-            f.fmt_speedup(w.get("speedup"), w.get("speedup_ci")),
+            str(w.name) if w.given("name") else "?",
+            str(w.signature),
+            "-" if w.n_sets is None else str(w.n_sets),
+            f.fmt_time(w.reference_s),
+            f.fmt_time(w.candidate_s),
+            f.fmt_speedup(w.speedup, w.speedup_ci),
         )
         for w in workloads
     ]
@@ -521,23 +531,22 @@ def _workloads_table(workloads: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["<h3>Workloads</h3>", _table(header, rows, numeric=(2, 3, 4, 5))]
 
 
-def _benchmarks_table(benchmarks: Sequence[Mapping[str, Any]]) -> list[str]:
+def _benchmarks_table(benchmarks: Sequence[BenchmarkResult]) -> list[str]:
     """pytest-benchmark's numbers for the reference and the applied kernel, side by side."""
     if not benchmarks:
         return []
     rows = []
     for b in benchmarks:
-        r = b.get("reference") if isinstance(b.get("reference"), Mapping) else {}
-        c = b.get("candidate") if isinstance(b.get("candidate"), Mapping) else {}
+        r, c = b.reference or Timing(), b.candidate or Timing()
         rows.append(
             (
-                str(b.get("name", "?")),
-                f.fmt_time(r.get("median_s")),
-                f.fmt_time(c.get("median_s")),
-                f"{f.fmt_time(r.get('mean_s'))} ± {f.fmt_time(r.get('stddev_s'))}",
-                f"{f.fmt_time(c.get('mean_s'))} ± {f.fmt_time(c.get('stddev_s'))}",
-                f"{r.get('rounds', '-')} / {c.get('rounds', '-')}",
-                f.fmt_speedup(b.get("speedup"), b.get("speedup_ci")),
+                str(b.name) if b.given("name") else "?",
+                f.fmt_time(r.median_s),
+                f.fmt_time(c.median_s),
+                f"{f.fmt_time(r.mean_s)} ± {f.fmt_time(r.stddev_s)}",
+                f"{f.fmt_time(c.mean_s)} ± {f.fmt_time(c.stddev_s)}",
+                f"{'-' if r.rounds is None else r.rounds} / {'-' if c.rounds is None else c.rounds}",
+                f.fmt_speedup(b.speedup, b.speedup_ci),
             )
         )
     header = (
