@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
+from ..model.report import BenchmarkResult, rows_of
 from ..report import fmt_time, sparkline
 from ..tables import DEFAULT_THRESHOLD, parse_regressions
 
@@ -102,11 +103,11 @@ def load_timings(path: Path) -> dict[str, Timings]:
     if isinstance(data, Mapping) and isinstance(data.get("targets"), list):
         out = {}
         for t in data["targets"]:
-            for b in t.get("benchmarks") or []:
-                r = b.get("reference") or {}
-                if r.get("median_s") is not None:
-                    out[str(b["name"])] = Timings(str(b["name"]), float(r["median_s"]), float(r.get("mean_s", r["median_s"])),
-                                                  float(r.get("stddev_s", 0.0)), int(r.get("rounds", 1)))
+            for b in rows_of(BenchmarkResult, t.get("benchmarks")):
+                r = b.reference
+                if r is not None and r.median_s is not None:
+                    out[str(b.name)] = Timings(str(b.name), float(r.median_s), float(r.median_s if r.mean_s is None else r.mean_s),
+                                               float(r.stddev_s or 0.0), int(1 if r.rounds is None else r.rounds))
         return out
     raise MaxcodeError(f"{path}: neither a pytest-benchmark JSON file (a 'benchmarks' list) nor a maxcode report (a 'targets' list)")
 
