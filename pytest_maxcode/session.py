@@ -33,6 +33,7 @@ from .model.report import (
     Remeasure,
     Report,
     RerunResult,
+    SearchSummary,
     TargetResult,
     TargetStatus,
     WorkloadResult,
@@ -491,12 +492,12 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     state = result.state
     entry = TargetResult.skipped(target_id, "", rerun)
     trajectory, failed = _trajectory_rows(result)
-    entry.search = {
-        "strategy": result.strategy, "policy": result.policy, "llm": result.llm, "observation": result.observation,
-        "critic": result.critic, "stop_reason": result.stop_reason, "llm_calls": result.llm_calls, "tokens": result.tokens,
-        "cost_usd": round(result.cost_usd, 6), "evaluations": len(state.trajectory),
-        "curves": curves_by_strategy(store.nodes(result.target.id)) if store is not None else {},
-    }
+    entry.search = SearchSummary(
+        strategy=result.strategy, policy=result.policy, llm=result.llm, observation=result.observation,
+        critic=result.critic, stop_reason=result.stop_reason, llm_calls=result.llm_calls, tokens=result.tokens,
+        cost_usd=round(result.cost_usd, 6), evaluations=len(state.trajectory),
+        curves=curves_by_strategy(store.nodes(result.target.id)) if store is not None else {},
+    )
     correct = [n.verdict for n in state.trajectory if n.verdict.correct]
     # the sandbox the candidates ran in (one oracle per target, so one value); a weak one is flagged everywhere
     entry.sandbox = next((n.verdict.sandbox for n in state.trajectory if n.verdict.sandbox), "")

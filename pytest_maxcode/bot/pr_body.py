@@ -20,7 +20,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..apply import is_program
-from ..model.report import BenchmarkResult, Evaluation, Timing, WorkloadResult, rows_of
+from ..model.report import (
+    BenchmarkResult,
+    Evaluation,
+    SearchSummary,
+    Timing,
+    WorkloadResult,
+    row_of,
+    rows_of,
+)
 from ..report import fmt_time, md_escape, noise_text, remeasure_text, sandbox_weak
 
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
@@ -351,17 +359,17 @@ def _environment(t: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
 
 
 def _search(t: Mapping[str, Any]) -> list[str]:
-    search = t.get("search") or {}
+    search = row_of(SearchSummary, t.get("search")) if t.get("search") else None  # an empty one is none
     cands = t.get("candidates") or {}
-    if not search:
+    if search is None:
         return []
-    model = text(search["llm"]) if search.get("llm") else "no model (built-in candidates)"
+    model = text(search.llm) if search.llm else "no model (built-in candidates)"
     return ["", "### Search", "",
-            f"- strategy {code(search.get('strategy'))}, policy {code(search.get('policy'))}, model {model}",
+            f"- strategy {code(search.strategy)}, policy {code(search.policy)}, model {model}",
             (f"- {int(cands.get('tried', 0))} candidate(s) tried, {int(cands.get('correct', 0))} correct, "
-            f"{int(cands.get('faster', 0))} faster; stopped because {text(search.get('stop_reason', '?'))}"),
-            (f"- {int(search.get('llm_calls', 0))} LLM call(s), {int(search.get('tokens', 0))} tokens, "
-            f"${float(search.get('cost_usd') or 0):.4f}")]
+            f"{int(cands.get('faster', 0))} faster; stopped because {text(search.stop_reason if search.given('stop_reason') else '?')}"),
+            (f"- {int(search.llm_calls if search.given('llm_calls') else 0)} LLM call(s), "
+            f"{int(search.tokens if search.given('tokens') else 0)} tokens, ${float(search.cost_usd or 0):.4f}")]
 
 
 def _cap(source: str, limit: int) -> str:

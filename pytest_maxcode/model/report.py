@@ -234,6 +234,30 @@ class Evaluation(JsonRow):
 
 
 @dataclass
+class SearchSummary(JsonRow):
+    """How a target was searched and what the search cost (the schema's ``search``; a value is
+    None only in a row that did not say)."""
+
+    strategy: str | None = None
+    policy: str | None = None
+    #: provider:model, None when no model was asked
+    llm: str | None = None
+    observation: str | None = None
+    #: rules, or llm:PROVIDER:MODEL for an LLM critic
+    critic: str | None = None
+    stop_reason: str | None = None
+    llm_calls: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    evaluations: int | None = None
+    #: one best-so-far curve per strategy (per run where a strategy ran more than once):
+    #: ``[[evaluation, best or None], ...]``
+    curves: dict[str, list[list[Any]]] = field(default_factory=dict)
+    extra: Json = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
+
+
+@dataclass
 class Remeasure(JsonRow):
     """How to check the quoted speedup: the command (run from the project's root) that times the
     kernel again in fresh processes, and the interval each repeat should land in."""
@@ -275,7 +299,7 @@ class TargetResult:
     trajectory: list[Evaluation] = field(default_factory=list)
     elapsed_s: float = 0.0
     sandbox: str | None = None
-    search: Json | None = None
+    search: SearchSummary | None = None
     range_limited: str | None = None
     accept_range_limited: bool | None = None
     stop_reason: str | None = None
@@ -306,6 +330,8 @@ class TargetResult:
             value = [_row(_ROW_TYPES[name], r) for r in value]
         elif name == "remeasure" and value is not None:
             value = _row(Remeasure, value)
+        elif name == "search" and value is not None:
+            value = _row(SearchSummary, value)
         object.__setattr__(self, name, value)
 
     @classmethod

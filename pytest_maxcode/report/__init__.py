@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._files import write_atomic
+from ..model.report import SearchSummary, row_of
 from ._format import (
     SUMMARY_COLUMNS,
     finite,
@@ -170,11 +171,11 @@ def _below_table(targets: list[Any], report: Mapping[str, Any], console: Console
     and how to re-measure each quoted speedup."""
     from rich.text import Text  # as in render_terminal: keeps start-up fast
 
-    searches = [t["search"] for t in targets if isinstance(t.get("search"), Mapping)]
+    searches = [s for t in targets if (s := row_of(SearchSummary, t.get("search"))) is not None]
     if searches:
-        calls = sum(int(finite(s.get("llm_calls")) or 0) for s in searches)
-        tokens = sum(int(finite(s.get("tokens")) or 0) for s in searches)
-        cost = sum(finite(s.get("cost_usd")) or 0.0 for s in searches)
+        calls = sum(int(finite(s.llm_calls) or 0) for s in searches)
+        tokens = sum(int(finite(s.tokens) or 0) for s in searches)
+        cost = sum(finite(s.cost_usd) or 0.0 for s in searches)
         console.print(Text(f"search: {calls:,} LLM calls, {tokens:,} tokens, {fmt_cost(cost)} in all", style="dim"))
     for t in targets:
         reason = str(t.get("reason") or "")

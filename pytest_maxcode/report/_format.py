@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..model.report import Evaluation, Remeasure, row_of, rows_of
+from ..model.report import Evaluation, Remeasure, SearchSummary, row_of, rows_of
 from ..model.verdict import undecided
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -135,31 +135,33 @@ def fmt_count(x: Any) -> str:
 
 def search_brief(search: Any) -> str:
     """``greedy, 40 evaluations, 12 LLM calls, $0.0623``: a search in one short phrase ('' without one)."""
-    if not isinstance(search, Mapping):
+    s = row_of(SearchSummary, search)
+    if s is None:
         return ""
-    parts = [str(search.get("strategy") or "?"), f"{fmt_count(search.get('evaluations'))} evaluations"]
-    if search.get("llm_calls"):
-        parts.append(f"{fmt_count(search.get('llm_calls'))} LLM calls")
-    parts.append(fmt_cost(search.get("cost_usd")))
+    parts = [str(s.strategy or "?"), f"{fmt_count(s.evaluations)} evaluations"]
+    if s.llm_calls:
+        parts.append(f"{fmt_count(s.llm_calls)} LLM calls")
+    parts.append(fmt_cost(s.cost_usd))
     return ", ".join(parts)
 
 
 def search_line(search: Any) -> str:
     """Strategy, policy, model, evaluations, LLM calls, tokens, cost and why it stopped ('' without a search)."""
-    if not isinstance(search, Mapping):
+    s = row_of(SearchSummary, search)
+    if s is None:
         return ""
-    how = [f"policy {search.get('policy') or '?'}"]
-    if search.get("llm"):
-        how.append(f"model {search['llm']}")
-    if search.get("observation"):
-        how.append(f"observation {search['observation']}")
+    how = [f"policy {s.policy or '?'}"]
+    if s.llm:
+        how.append(f"model {s.llm}")
+    if s.observation:
+        how.append(f"observation {s.observation}")
     line = (
-        f"search: strategy {search.get('strategy') or '?'} ({', '.join(how)}), "
-        f"{fmt_count(search.get('evaluations'))} evaluations, {fmt_count(search.get('llm_calls'))} LLM calls, "
-        f"{fmt_count(search.get('tokens'))} tokens, {fmt_cost(search.get('cost_usd'))}"
+        f"search: strategy {s.strategy or '?'} ({', '.join(how)}), "
+        f"{fmt_count(s.evaluations)} evaluations, {fmt_count(s.llm_calls)} LLM calls, "
+        f"{fmt_count(s.tokens)} tokens, {fmt_cost(s.cost_usd)}"
     )
-    if search.get("stop_reason"):
-        line += f"; stopped: {search['stop_reason']}"
+    if s.stop_reason:
+        line += f"; stopped: {s.stop_reason}"
     return line
 
 

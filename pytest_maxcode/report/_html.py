@@ -11,7 +11,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.report import BenchmarkResult, Evaluation, Timing, WorkloadResult, rows_of
+from ..model.report import (
+    BenchmarkResult,
+    Evaluation,
+    SearchSummary,
+    Timing,
+    WorkloadResult,
+    row_of,
+    rows_of,
+)
 from . import _format as f
 from .tree import best_key, best_so_far_curve
 
@@ -505,8 +513,8 @@ def _search_figures(t: Mapping[str, Any], min_speedup: float | None) -> list[str
         out.append("<h3>Search tree</h3>")
         tree = tree_svg(trajectory, t.get("best"), title=f"{t.get('id', '?')}: search tree", speedup=t.get("speedup"))
         out.append(f'<div class="scroll">{tree}</div>')
-    search = t.get("search")
-    curves = search.get("curves") if isinstance(search, Mapping) else None
+    search = row_of(SearchSummary, t.get("search"))
+    curves = search.curves if search is not None else None
     if isinstance(curves, Mapping) and curves:
         out.append("<h3>Best so far by strategy</h3>")
         out.append(curves_svg(curves, min_speedup, title=f"{t.get('id', '?')}: best-so-far speedup by strategy"))
