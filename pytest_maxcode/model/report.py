@@ -4,7 +4,9 @@ The report is the contract between a run, ``maxcode apply``, the bot and anyone'
 ``report/schema.json`` publishes it. The session builds these types, and ``to_json`` is the
 one place that turns them into the published shape; ``from_json`` reads a report written
 by this or another version (unknown keys are kept in ``extra`` and written back), so a
-filtered run can carry the previous report's other targets over unchanged.
+filtered run can carry the previous report's other targets over unchanged. A target's nested
+rows (its workloads, benchmarks, trajectory, search and re-measure command) are
+:class:`JsonRow` types with the schema's key names, so no reader indexes a row by string.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .strenum import PlainStrEnum
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-#: the JSON a report holds below the typed fields (a workload row, a trajectory row, ...)
+#: the JSON a report holds below the typed fields (a row's unknown keys, the machine, the options)
 Json = dict[str, Any]
 
 
