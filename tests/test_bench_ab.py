@@ -5,6 +5,7 @@ and leaves one unchanged, beside a CPU hog, it flags the 2x every time and the u
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -207,3 +208,83 @@ def test_a_pull_request_that_adds_the_first_benchmarks(tmp_path: Path) -> None:
     assert any("does not exist on the base: every benchmark counts as new" in m for m in said)
     with pytest.raises(MaxcodeError, match="does not exist on the head commit"):
         ab.interleaved(tmp_path, "HEAD", "before", ARGS, runs=2, project="proj")
+
+
+RECORDING = '''
+import os
+import shape
+
+
+def test_recorded(benchmark):
+    with open(os.environ["MAXCODE_TEST_RECORD"], "a") as f:
+        f.write(f"run {os.getpid()} {shape.VERSION} {shape.IMPORTED_IN}\\n")
+    benchmark(sum, range(100))
+'''
+SHAPE = '''
+import os
+
+VERSION = "{version}"
+IMPORTED_IN = os.getpid()
+'''
+
+
+def _two_commits(root: Path, files: dict[str, tuple[str, str]]) -> None:
+    """A repository with ``base`` and ``head`` tags; ``files``: name -> (base text, head text)."""
+    r = git.Repo.init(root)
+    with r.config_writer() as cw:
+        cw.set_value("user", "name", "t").set_value("user", "email", "t@example.com")
+    for i, tag in enumerate(("base", "head")):
+        for name, texts in files.items():
+            (root / name).write_text(texts[i])
+            r.index.add([name])
+        r.index.commit(tag)
+        r.create_tag(tag)
+    r.close()
+
+
+def test_every_run_is_its_own_process_importing_its_sides_code_afresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork server may start pytest once per side, but each timed run is a new process that
+    imports the project's own modules itself, from its own commit."""
+    root, record = tmp_path / "repo", tmp_path / "record.txt"
+    root.mkdir()
+    _two_commits(root, {"test_rec.py": (RECORDING, RECORDING),
+                        "shape.py": (SHAPE.format(version="base"), SHAPE.format(version="head"))})
+    monkeypatch.setenv("MAXCODE_TEST_RECORD", str(record))
+    base, head = ab.interleaved(root, "base", "head", ARGS, runs=3)
+    assert len(base["test_rec.py::test_recorded"].data) == len(head["test_rec.py::test_recorded"].data) == 3
+    runs = [line.split()[1:] for line in record.read_text().splitlines()]
+    assert [version for _, version, _ in runs] == ["base", "head", "head", "base", "base", "head"]  # ABBA
+    pids = [pid for pid, _, _ in runs]
+    assert len(set(pids)) == 6, runs
+    assert all(pid == imported_in for pid, _, imported_in in runs), f"a run used a module imported before it: {runs}"
+
+
+def _processes_in(folder: Path) -> list[str]:
+    """Command lines of the processes working in ``folder`` (or below it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(folder) in os.readlink(proc / "cwd"):
+                found.append((proc / "cmdline").read_text().replace("\0", " "))
+        except OSError:
+            continue
+    return found
+
+
+HANGS = '''
+import time
+
+
+def test_hangs(benchmark):
+    benchmark(time.sleep, 3600)
+'''
+
+
+def test_a_run_that_hangs_ends_in_one_line_and_leaves_no_process(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    _two_commits(root, {"test_hang.py": (HANGS, HANGS)})
+    with pytest.raises(MaxcodeError, match=r"^bench-ab: the base's benchmarks did not finish within 3 s$"):
+        ab.measure(root, {"base": "base", "head": "head"}, ARGS, runs=2, timeout_s=3)
+    assert not _processes_in(root), "a server or a run outlived bench-ab"
+    assert not [ln for ln in git.Repo(root).git.worktree("list").splitlines()[1:]]

@@ -13,10 +13,14 @@ so, Holm-corrected over the benchmarks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import random
+import select
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,6 +44,10 @@ from ..errors import MaxcodeError
 
 #: runs per side unless asked: enough for a t-test on run medians to see a 2x change under load
 RUNS = 5
+#: pytest-benchmark's seconds of rounds per benchmark that all the timed runs of one side share:
+#: half its default second, because each run adds its own start, calibration and minimum rounds,
+#: and all the runs of a side should cost about what one ordinary benchmark run costs
+SHARE = 0.5
 
 
 def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str], *, runs: int = RUNS,
@@ -78,25 +86,32 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
     for ref in refs.values():
         commit_of(repo, ref)
     samples: dict[str, dict[str, list[float]]] = {side: {} for side in refs}
-    with tempfile.TemporaryDirectory(prefix="maxcode-ab-") as tmp:
+    # one hash seed for every process of both sides: hashing is then no difference between them
+    seed = str(random.randrange(2**32))
+    with tempfile.TemporaryDirectory(prefix="maxcode-ab-") as tmp, contextlib.ExitStack() as servers:
         trees = {side: Path(tmp) / side for side in refs}
         try:
             for side, ref in refs.items():
                 repo.git.worktree("add", "--detach", str(trees[side]), ref)
             order = [side for side in refs if not _absent(trees[side] / project, side, side in optional, progress)]
+            runners: dict[str, _Runs] = {}
+            for side in order:
+                runners[side] = _Runs(python, trees[side], project, pytest_args, side, counting, seed)
+                servers.callback(runners[side].close)
             for i in range(runs):
                 for side in (order if i % 2 == 0 else order[::-1]):
                     if progress:
                         progress(f"bench-ab: run {i + 1}/{runs} of {side}")
                     out = Path(tmp) / f"{side}-{i}.json"
-                    _run(python, trees[side] / project, pytest_args, out, timeout_s, side, counting,
-                         None if counting else 1.0 / runs)
+                    runners[side].run(out, timeout_s, None if counting else SHARE / runs)
                     for name, seconds in _fastest(out).items():
                         samples[side].setdefault(name, []).append(seconds)
         finally:
+            servers.close()
             for path in trees.values():
                 if path.exists():
                     repo.git.worktree("remove", "--force", str(path))
+            repo.close()  # GitPython's cat-file processes end with it, not when it is collected
     return samples
 
 
@@ -156,31 +171,96 @@ class _Counting:
                 f"--maxcode-count-json={out}"]
 
 
-def _run(python: str, cwd: Path, pytest_args: Sequence[str], out: Path, timeout_s: float, side: str,
-         counting: _Counting | None = None, share: float | None = None) -> None:
-    """One pytest process of one side; ``share``: its part of pytest-benchmark's default second
-    per benchmark, so that all the runs of a side cost about one ordinary benchmark run.
-    Eight parameters because it is one step of :func:`measure`'s loop, which holds them all."""
-    if not cwd.is_dir():
-        raise MaxcodeError(f"bench-ab: {cwd.name!r} does not exist on the {side} commit (check --project)")
-    argv = [python, "-m", "pytest", *pytest_args, "--benchmark-only", f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"]
-    if share and not any(a.startswith("--benchmark-max-time") for a in pytest_args):
-        argv.insert(3 + len(pytest_args), f"--benchmark-max-time={share:.3g}")
-    env = dict(os.environ)
-    # this side's own modules before any installed (editable) copy of the project
-    front = [str(cwd / "src")] if (cwd / "src").is_dir() else []
-    env["PYTHONPATH"] = os.pathsep.join([*front, str(cwd), *filter(None, [env.get("PYTHONPATH")])])
-    if counting is not None:
-        argv = counting.wrap(argv, out, env)
+class _Runs:
+    """One side's pytest processes. Timed runs are forked by a fork server that started pytest
+    and collected the tests once (``_pytest_forkserver.py``): a fresh interpreter per run paid
+    its start-up again each time, which made interleaving cost more than re-running the base.
+    Counted runs start afresh under valgrind, as counting needs."""
+
+    def __init__(self, python: str, tree: Path, project: str, pytest_args: Sequence[str], side: str,
+                 counting: _Counting | None, seed: str) -> None:
+        self.cwd, self.side, self.counting = tree / project, side, counting
+        if not self.cwd.is_dir():
+            raise MaxcodeError(f"bench-ab: {project!r} does not exist on the {side} commit (check --project)")
+        self.python, self.pytest_args = python, list(pytest_args)
+        self.env = dict(os.environ, PYTHONHASHSEED=seed)
+        # this side's own modules before any installed (editable) copy of the project
+        front = [str(self.cwd / "src")] if (self.cwd / "src").is_dir() else []
+        self.env["PYTHONPATH"] = os.pathsep.join([*front, str(self.cwd), *filter(None, [self.env.get("PYTHONPATH")])])
+        self.server: subprocess.Popen[bytes] | None = None
+        if counting is None:
+            self.server_log = tree.parent / f"{side}-server.log"
+            with open(self.server_log, "wb") as log:
+                self.server = subprocess.Popen(
+                    [python, str(Path(__file__).with_name("_pytest_forkserver.py")), str(tree), json.dumps(self.pytest_args)],
+                    cwd=self.cwd, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                    start_new_session=True)
+
+    def close(self) -> None:
+        if self.server is None:
+            return
+        with contextlib.suppress(OSError):
+            self.server.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.server)
+
+    def run(self, out: Path, timeout_s: float, share: float | None) -> None:
+        """One pytest process; ``share``: its part of pytest-benchmark's default second per
+        benchmark, so that all the runs of a side cost about one ordinary benchmark run."""
+        argv = [*self.pytest_args, "--benchmark-only", f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"]
+        if share and not any(a.startswith("--benchmark-max-time") for a in self.pytest_args):
+            argv.insert(len(self.pytest_args), f"--benchmark-max-time={share:.3g}")
+        log = out.with_suffix(".log")
+        rc = self._served(argv, log, timeout_s) if self.server else self._fresh(argv, out, log, timeout_s)
+        if rc == 5:  # pytest collected no benchmark here
+            out.write_text('{"benchmarks": []}')
+        if rc not in (0, 5) or not out.exists():
+            raise MaxcodeError(f"bench-ab: pytest failed on the {self.side} (exit {rc}): {_last_line(log)[:200]}")
+
+    def _served(self, argv: list[str], log: Path, timeout_s: float) -> int:
+        server = self.server
+        assert server is not None and server.stdin is not None and server.stdout is not None
+        try:
+            server.stdin.write((json.dumps({"argv": argv, "log": str(log)}) + "\n").encode())
+            server.stdin.flush()
+        except OSError:
+            pass  # it has gone: its log says why, below
+        ready, _, _ = select.select([server.stdout], [], [], timeout_s)
+        if not ready:
+            _kill_group(server)
+            raise MaxcodeError(f"bench-ab: the {self.side}'s benchmarks did not finish within {timeout_s:.0f} s")
+        answer = server.stdout.readline()
+        if not answer:
+            raise MaxcodeError(f"bench-ab: pytest stopped on the {self.side} before running: {_last_line(self.server_log)[:200]}")
+        return int(json.loads(answer)["rc"])
+
+    def _fresh(self, argv: list[str], out: Path, log: Path, timeout_s: float) -> int:
+        command = [self.python, "-m", "pytest", *argv]
+        env = dict(self.env)
+        if self.counting is not None:
+            command = self.counting.wrap(command, out, env)
+        try:
+            with open(log, "wb") as sink:
+                return subprocess.run(command, cwd=self.cwd, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s,
+                                      stdin=subprocess.DEVNULL, env=env, check=False).returncode
+        except subprocess.TimeoutExpired:
+            raise MaxcodeError(f"bench-ab: the {self.side}'s benchmarks did not finish within {timeout_s:.0f} s") from None
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _last_line(path: Path) -> str:
     try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
-    except subprocess.TimeoutExpired:
-        raise MaxcodeError(f"bench-ab: the {side}'s benchmarks did not finish within {timeout_s:.0f} s") from None
-    if proc.returncode == 5:  # pytest collected no benchmark here
-        out.write_text('{"benchmarks": []}')
-    if proc.returncode not in (0, 5) or not out.exists():
-        last = next((ln for ln in reversed((proc.stdout + proc.stderr).splitlines()) if ln.strip()), "no output")
-        raise MaxcodeError(f"bench-ab: pytest failed on the {side} (exit {proc.returncode}): {last.strip()[:200]}")
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "no output"
+    return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
 
 
 def _fastest(path: Path) -> dict[str, float]:
