@@ -73,6 +73,25 @@ def test_a_closed_pr_holds_the_target_until_the_reference_changes_or_a_clearly_f
     assert f"remove the label maxcode:never from #{three}" in memory.status_lines(repo.project)[0]
 
 
+def test_the_same_kernel_returns_after_the_reference_changed_and_the_margin_is_the_callers(repo: Repo, fake_github: Any) -> None:
+    assert run(repo, repo.report(tune(0), 3.0, (2.7, 3.3))).action == "opened"
+    (one,) = fake_github.pulls
+    fake_github.close_pull(one)
+    same = run(repo, repo.report(tune(0), 3.0, (2.7, 3.3)))
+    assert same.action == "skipped" and "with this very kernel was closed" in same.detail, same.line()
+    # the reviewers judged it against another reference: the same kernel may be proposed again
+    repo.change_reference()
+    back = run(repo, repo.report(tune(0), 3.0, (2.7, 3.3)))
+    assert back.action == "opened", back.line()
+    two = max(fake_github.pulls)
+    fake_github.close_pull(two)
+    # low end 4.0 clears the default margin (1.25 x 3 = 3.75) but not a margin of 1.5 (4.5)
+    held = run(repo, repo.report(tune(4), 4.2, (4.0, 4.4)), reject_margin=1.5)
+    assert held.action == "skipped" and "below 4.5x (1.5 times the rejected one)" in held.detail, held.line()
+    assert max(fake_github.pulls) == two
+    assert run(repo, repo.report(tune(4), 4.2, (4.0, 4.4))).action == "opened"
+
+
 def _merged(repo: Repo, fake_github: Any) -> int:
     """The bot's first PR (a 3x kernel), merged on main: the lock there accepts it."""
     opened = run(repo, repo.report(tune(0), 3.0, (2.7, 3.3)))

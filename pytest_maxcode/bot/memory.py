@@ -81,7 +81,8 @@ def suppression(target_id: str, *, kernel_hash: str, reference: str, low: float,
         r = never[0]
         return Suppression(target_id, f"#{r.number} was closed with the label {NEVER_LABEL} ({r.url})",
                            f"remove the label {NEVER_LABEL} from #{r.number}")
-    same_kernel = [r for r in found if r.kernel == kernel_hash]
+    # the very kernel rejected against this reference (or a PR too old to name its reference)
+    same_kernel = [r for r in found if r.kernel == kernel_hash and r.reference in ("", reference)]
     if same_kernel:
         r = same_kernel[0]
         return Suppression(target_id, f"#{r.number} with this very kernel was closed without merging ({r.url})",
