@@ -136,12 +136,14 @@ def test_the_merged_kernel_is_the_baseline(repo: Repo, fake_github: Any) -> None
     assert "4.7x (95% CI [4.2, 5.2])" in message and "4.5x" not in message
 
 
-def _beside(report: dict[str, Any], speedup: float, ci: tuple[float, float], source: str = tune(0)) -> dict[str, Any]:
+def _beside(report: dict[str, Any], speedup: float, ci: tuple[float, float], source: str = tune(0),
+            resumed: bool = False) -> dict[str, Any]:
     """The report as a search that started from the merged kernel writes it: that kernel's own
-    node, measured again in the same run as the new one."""
+    node, measured again in the same run as the new one (``resumed``: taken from the store)."""
     h = hashlib.sha256(f"native\0cpp\0{source}".encode()).hexdigest()
     report["targets"][0]["trajectory"] = [{"index": 1, "hash": h, "origin": f"accepted:maxcode_kernels/{TARGET}.cpp",
-                                           "status": "faster", "speedup": speedup, "speedup_ci": list(ci)}]
+                                           "status": "faster", "speedup": speedup, "speedup_ci": list(ci),
+                                           "resumed": resumed}]
     return report
 
 
@@ -157,6 +159,9 @@ def test_the_merged_kernel_is_timed_head_to_head_where_the_search_measured_it(re
     other = run(repo, _beside(repo.report(tune(3), 4.5, (4.3, 4.7)), 4.2, (4.0, 4.4), source=tune(2)))
     assert other.action == "opened" and "replaces the accepted 3x" in other.detail, other.line()
     assert "not in this run" in fake_github.pulls[max(fake_github.pulls)]["body"]
+    # its figure taken from the store was measured another day: not this run's bar either
+    stored = run(repo, _beside(repo.report(tune(3), 4.5, (4.3, 4.7)), 4.2, (4.0, 4.4), resumed=True))
+    assert stored.action == "updated" and "replaces the accepted 3x" in stored.detail, stored.line()
     faster = run(repo, _beside(repo.report(tune(3), 6.0, (5.5, 6.5)), 4.2, (4.0, 4.4)))
     assert faster.action == "updated" and "replaces the accepted 4.2x" in faster.detail, faster.line()
     pr = fake_github.pulls[max(fake_github.pulls)]

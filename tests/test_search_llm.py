@@ -173,6 +173,13 @@ def test_a_model_improves_on_the_kernel_the_lock_accepts(chain_root: Path, tmp_p
     prompt = "".join(str(m.get("content")) for m in fake_openai.requests[0]["messages"])
     assert "rep < 2" in prompt  # the merged kernel's source is in the model's first prompt
     assert result.state.trajectory[1].parent is first  # and the first reply improves on it
+    # the next run times the merged kernel again, though the store holds its verdict: it is
+    # that run's bar for a replacement
+    with Store(tmp_path / "maxcode.db") as store:
+        again = run_search(root, store, fake_openai.spec("local-model"), strategy="maxcode", budget=3)
+    first_again = again.state.trajectory[0]
+    assert first_again.proposal.origin == first.proposal.origin, first_again.proposal.origin
+    assert not first_again.verdict.diagnostics.get("resumed"), "the merged kernel's verdict came from the store"
 
 
 def test_refine_fixes_the_failure_it_saw(chain_root: Path, tmp_path: Path, fake_openai: Any) -> None:

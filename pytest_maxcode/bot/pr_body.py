@@ -62,9 +62,10 @@ class Accepted:
 
     def measured_in(self, t: Mapping[str, Any]) -> Accepted:
         """This kernel with the figures the report's search measured for it, where it did: its
-        own node (origin ``accepted:``, the same source), correct and timed."""
+        own node (origin ``accepted:``, the same source), correct and timed in that run (a figure
+        resumed from the store was measured on another day, perhaps on another machine)."""
         for row in rows_of(Evaluation, t.get("trajectory")):
-            if (row.origin == f"accepted:{self.kernel}" and row.hash == self.candidate_hash
+            if (row.origin == f"accepted:{self.kernel}" and row.hash == self.candidate_hash and not row.resumed
                     and row.status in ("faster", "not_faster") and row.speedup):
                 return replace(self, run_speedup=float(row.speedup), run_ci=interval(row.speedup_ci))
         return self

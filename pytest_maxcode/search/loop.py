@@ -550,6 +550,11 @@ def _unavailable(policy: Any) -> str | None:
     return f"the model is unavailable: {why}" if why else None
 
 
+def _accepted(p: Proposal) -> bool:
+    """The kernel the lock accepts (the search starts from it): see :func:`policy.AcceptedFirst`."""
+    return p.origin.startswith("accepted:")
+
+
 def _decided(v: Verdict, min_speedup: float) -> bool:
     """Whether a verdict settles its candidate (``reusable``'s rule for a stored one)."""
     return not v.diagnostics.get("undecided") and not undecided(v.status, v.speedup_ci, min_speedup)
@@ -580,7 +585,8 @@ def _evaluate(batch: list[Proposal], state: SearchState, judge: Judge) -> list[V
                 retimed += 1
                 todo[key] = held.proposal.spec  # type: ignore[assignment]
             continue
-        row = store.find_evaluation(target.id, p.spec.hash, oracle.eval_key) if store else None
+        # the accepted kernel is this run's bar for a replacement: timed in this run, never from the store
+        row = store.find_evaluation(target.id, p.spec.hash, oracle.eval_key) if store and not _accepted(p) else None
         if row is not None and reusable(row, oracle.config.min_speedup, remeasure):
             known[key] = verdict_from_row(row, str(p.spec.path))
             result.resumed += 1
