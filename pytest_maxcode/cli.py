@@ -265,6 +265,7 @@ def _add_comment(sub: Subcommands) -> None:
     comment.add_argument("--pr", type=int, required=True, metavar="N", help="the pull request's number")
     comment.add_argument("--marker", default="maxcode:regressions", metavar="NAME", help="which maxcode comment this is (default maxcode:regressions)")
     comment.add_argument("--github-url", metavar="URL", help="the REST API's base URL (default: $GITHUB_API_URL or https://api.github.com)")
+    _add_max_wait(comment)
 
 
 def _add_bench(sub: Subcommands) -> None:
@@ -306,11 +307,16 @@ def _add_ablate(sub: Subcommands) -> None:
 
 
 
+def _add_max_wait(p: argparse.ArgumentParser) -> None:
+    """The rate-limit wait of every command that talks to GitHub."""
+    p.add_argument("--max-wait", type=options.positive_float, default=DEFAULT_MAX_WAIT, metavar="SECONDS",
+                   help=f"the longest wait for GitHub's rate limit to reset (default {DEFAULT_MAX_WAIT:g}); a later reset "
+                        "ends the run with one line saying when")
+
+
 def _add_bot_limits(pr: argparse.ArgumentParser) -> None:
     """``maxcode pr``'s waits and the margins of the bot's memory."""
-    pr.add_argument("--max-wait", type=options.positive_float, default=DEFAULT_MAX_WAIT, metavar="SECONDS",
-                    help=f"the longest wait for GitHub's rate limit to reset (default {DEFAULT_MAX_WAIT:g}); a later reset "
-                         "ends the run with one line saying when")
+    _add_max_wait(pr)
     pr.add_argument("--reject-margin", type=options.positive_float, default=REJECT_MARGIN, metavar="F",
                     help=f"after a PR was closed unmerged, propose the target again only when a kernel's interval starts at this "
                          f"factor over the rejected speedup, or its reference changed (default {REJECT_MARGIN:g})")
@@ -371,8 +377,10 @@ def cmd_status(ns: argparse.Namespace) -> int:
     held_back = status_lines(lock.parent if lock else Path.cwd())
     if lock is None:
         sys.stderr.write("maxcode: no maxcode.lock here or above; no kernel is accepted yet\n")
-        for line in held_back:
-            print(line)
+        if ns.json:
+            print("[]")
+        for line in held_back:  # beside the JSON (on stderr) when JSON is asked for
+            print(line, file=sys.stderr if ns.json else sys.stdout)
         return 0
     try:
         entries = read_lock(lock)
@@ -393,6 +401,8 @@ def cmd_status(ns: argparse.Namespace) -> int:
     if ns.json:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
+        for line in held_back:  # beside the JSON, which stays the lock's rows
+            sys.stderr.write(line + "\n")
     else:
         # rich loads when a table is printed: keeps start-up fast
         from rich.console import Console
@@ -958,7 +968,7 @@ def cmd_comment(ns: argparse.Namespace) -> int:
         body = path.read_text()
     except OSError:
         raise MaxcodeError(f"{path}: cannot read the comment's markdown") from None
-    gh, token = client(ns.github_url)
+    gh, token = client(ns.github_url, max_wait=ns.max_wait)
     posted = upsert_comment(gh, _repo_name(ns.repo), ns.pr, body, marker=ns.marker, token=token)
     print(f"{'created' if posted.created else 'updated'} {posted.url}")
     return 0

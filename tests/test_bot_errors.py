@@ -68,3 +68,9 @@ def test_a_short_rate_limit_wait_is_announced_then_the_call_goes_on(tmp_path: Pa
     assert re.fullmatch(r"maxcode: GitHub's rate limit: waiting \d s, until \d\d:\d\d:\d\d UTC "
                         r"\(waits longer than --max-wait 5 min end the run instead\)\n", r.stderr), r.stderr
     assert 1 <= elapsed < 30
+    # a wait longer than the caller allows ends the command in one line instead
+    fake_github.fail(403, reset_in=120)
+    r, elapsed = maxcode(tmp_path, fake_github, "comment", "c.md", "--pr", str(number), "--max-wait", "10")
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert re.fullmatch(r"maxcode: error: .*rate limit is exhausted until .*\(more than --max-wait\).*\n", r.stderr), r.stderr
+    assert elapsed < 30, elapsed

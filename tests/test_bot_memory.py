@@ -5,6 +5,7 @@ through PyGithub, and reports written by hand (the bot only reads them)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,9 @@ def test_a_closed_pr_holds_the_target_until_the_reference_changes_or_a_clearly_f
     status = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "status"], cwd=repo.project,
                             capture_output=True, text=True, timeout=120)
     assert line in status.stdout, status.stdout + status.stderr  # maxcode status says it too
+    as_json = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "status", "--json"], cwd=repo.project,
+                             capture_output=True, text=True, timeout=120)
+    assert line in as_json.stderr and isinstance(json.loads(as_json.stdout), list), as_json.stdout + as_json.stderr
     # the reference changed: the rejection no longer stands
     repo.change_reference()
     changed = run(repo, repo.report(tune(3), 3.2, (2.9, 3.5)))
