@@ -48,6 +48,7 @@ def _silenced(fn: Any) -> Any:
 
 def _warm(root: str, args: list[str]) -> Any:
     """pytest, with the tests collected once; the side's own modules forgotten again."""
+    # imported once main() has put the project folder first on sys.path, as ``python -m pytest`` has it
     import pytest
 
     # a collection that fails fails again in the run, which reports it

@@ -175,7 +175,8 @@ class _Runs:
     """One side's pytest processes. Timed runs are forked by a fork server that started pytest
     and collected the tests once (``_pytest_forkserver.py``): a fresh interpreter per run paid
     its start-up again each time, which made interleaving cost more than re-running the base.
-    Counted runs start afresh under valgrind, as counting needs."""
+    Counted runs start afresh under valgrind, as counting needs. Seven parameters: one side's
+    share of :func:`measure`'s options, which it holds."""
 
     def __init__(self, python: str, tree: Path, project: str, pytest_args: Sequence[str], side: str,
                  counting: _Counting | None, seed: str) -> None:
