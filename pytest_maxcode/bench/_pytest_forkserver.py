@@ -26,6 +26,12 @@ import subprocess
 import sys
 from typing import Any
 
+if __name__ == "__main__":
+    # as ``python -m pytest`` has it: the working folder first, not this file's folder
+    sys.path[0] = os.getcwd()
+
+import pytest  # the side's own pytest, found on the path just set
+
 
 def _silenced(fn: Any) -> Any:
     """``fn()`` with file descriptors 1 and 2 sent to /dev/null (collection prints)."""
@@ -46,11 +52,8 @@ def _silenced(fn: Any) -> Any:
             os.close(fd)
 
 
-def _warm(root: str, args: list[str]) -> Any:
-    """pytest, with the tests collected once; the side's own modules forgotten again."""
-    # imported once main() has put the project folder first on sys.path, as ``python -m pytest`` has it
-    import pytest
-
+def _warm(root: str, args: list[str]) -> None:
+    """The tests collected once; the side's own modules forgotten again."""
     # a collection that fails fails again in the run, which reports it
     with contextlib.suppress(BaseException):
         _silenced(lambda: pytest.main([*args, "--collect-only", "-q", "-p", "no:cacheprovider"]))
@@ -59,7 +62,6 @@ def _warm(root: str, args: list[str]) -> Any:
         path = getattr(module, "__file__", None)
         if path and os.path.realpath(path).startswith(inside):
             del sys.modules[name]
-    return pytest
 
 
 def _forkable() -> bool:
@@ -71,7 +73,7 @@ def _forkable() -> bool:
     return not (cuda is not None and cuda.is_initialized())
 
 
-def _forked(pytest: Any, argv: list[str], log: str) -> int:
+def _forked(argv: list[str], log: str) -> int:
     pid = os.fork()
     if pid == 0:
         code = 70
@@ -98,18 +100,16 @@ def _spawned(argv: list[str], log: str) -> int:
 
 
 def main() -> None:
-    # as ``python -m pytest`` has it: the working folder first, not this file's folder
-    sys.path[0] = os.getcwd()
     root, warm_args = sys.argv[1], json.loads(sys.argv[2])
     answers = os.fdopen(os.dup(1), "w")
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # whatever else is printed stays out of the answers
-    pytest = _warm(root, warm_args)
+    _warm(root, warm_args)
     fork = _forkable()
     for line in sys.stdin:
         request = json.loads(line)
         argv, log = list(request["argv"]), str(request["log"])
-        rc = _forked(pytest, argv, log) if fork else _spawned(argv, log)
+        rc = _forked(argv, log) if fork else _spawned(argv, log)
         answers.write(json.dumps({"rc": rc, "forked": fork}) + "\n")
         answers.flush()
 

@@ -175,11 +175,11 @@ class _Runs:
     """One side's pytest processes. Timed runs are forked by a fork server that started pytest
     and collected the tests once (``_pytest_forkserver.py``): a fresh interpreter per run paid
     its start-up again each time, which made interleaving cost more than re-running the base.
-    Counted runs start afresh under valgrind, as counting needs. Seven parameters: one side's
-    share of :func:`measure`'s options, which it holds."""
+    Counted runs start afresh under valgrind, as counting needs."""
 
     def __init__(self, python: str, tree: Path, project: str, pytest_args: Sequence[str], side: str,
                  counting: _Counting | None, seed: str) -> None:
+        """Seven parameters because they are the side's part of :func:`measure`'s options."""
         self.cwd, self.side, self.counting = tree / project, side, counting
         if not self.cwd.is_dir():
             raise MaxcodeError(f"bench-ab: {project!r} does not exist on the {side} commit (check --project)")
