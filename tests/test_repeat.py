@@ -33,7 +33,9 @@ def test_repeats_are_fresh_runs_of_the_same_candidate(tmp_path: Path) -> None:
         shutil.copy(DATA / "chain" / name, tmp_path / name)
     ref = parse_reference(str(tmp_path / "ref.py"))
     cand = CandidateSpec.from_path(tmp_path / "good.cpp")
-    config = CheckConfig(time_budget=0.05, timeout=120, seed=1234)
+    # one block, no range sets: each repeat is its own fresh oracle either way, and what is
+    # checked here is the repeats' seeds and the coverage line, not the interval's blocks
+    config = CheckConfig(time_budget=0.05, timeout=120, seed=1234, blocks=1, ranges=False)
     with Oracle(ref, config, tmp_path) as oracle:
         quoted = oracle.check([cand])[0]
     r = repeat(ref, config, tmp_path, cand, quoted, 2)
