@@ -590,10 +590,13 @@ def _measurement(v: Verdict) -> Measurement:
     blocks = [float(b["speedup"]) for b in d.get("blocks") or []
               if isinstance(b, dict) and b.get("speedup") is not None and b.get("used", True)]
     overhead = d.get("call_overhead_us")
+    overhead = float(overhead) if isinstance(overhead, (int, float)) else None
+    # the timed call includes the call path: the kernel's own time is what is left of it
+    call_us = v.candidate_s * 1e6 if v.candidate_s else None
+    kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None
     return Measurement(
         blocks=blocks, spread=(d.get("noise") or {}).get("spread"),
         set_aside=sum(int(n) for n in (d.get("disturbed_rounds") or {}).values() if isinstance(n, (int, float))),
         notes=[str(n) for n in d.get("timing_notes") or []][:3],
-        call_overhead_us=float(overhead) if isinstance(overhead, (int, float)) else None,
-        kernel_us=round(v.candidate_s * 1e6, 3) if v.candidate_s else None,
+        call_overhead_us=overhead, kernel_us=kernel_us,
     )

@@ -206,10 +206,14 @@ def test_every_quoted_speedup_comes_with_its_remeasure_command_and_the_noise(app
     # three blocks, or up to five when the machine's load spoilt some and none cleaner came
     assert 3 <= len(m["blocks"]) <= 5 and all(b > 1.0 for b in m["blocks"]), m
     assert m["spread"] == pytest.approx(max(m["blocks"]) / min(m["blocks"]), rel=0.01) and m["set_aside"] >= 0
+    # the call path's cost beside the kernel's own time: together, the timed call
+    assert m["call_overhead_us"] > 0 and m["kernel_us"] > 0, m
+    assert m["kernel_us"] + m["call_overhead_us"] == pytest.approx(t["best_s"] * 1e6, rel=0.01), (m, t["best_s"])
     lo, hi = t["speedup_ci"]
     expect = f"each repeat should land in [{lo:.2f}, {hi:.2f}]"
     flat = " ".join(result.stdout.split())  # the terminal wraps long lines
     assert cmd in flat and expect in flat and "mylib.fused measured: blocks" in flat, result.stdout[-3000:]
+    assert f"call overhead {m['call_overhead_us']:.3g} us per call beside {m['kernel_us']:.3g} us of kernel" in flat
     summary = (path / ".maxcode" / "reports" / "summary.md").read_text()
     assert f"`{cmd}`" in summary and expect in summary
     assert cmd in (path / ".maxcode" / "reports" / "report.html").read_text()
