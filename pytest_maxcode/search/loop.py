@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .._files import write_atomic
 from ..critique import Critique, LLMCritic, RuleCritic
 from ..errors import MaxcodeError
 from ..model.search import Node, NodeRow, source_key
@@ -435,7 +437,7 @@ def _make_policy(name: str, makings: _Makings, workloads: list[dict[str, Any]], 
         raise MaxcodeError(f"--maxcode-observation: {e}") from None
     ctx = PromptContext(
         target_id=target.id, kind=target.kind, reference_source=target_reference_text(target),
-        fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device), build=build,
+        fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device, root), build=build,
         atol=target.atol, rtol=target.rtol, max_tokens=settings.max_tokens,
         temperature=settings.temperature, thinking_tokens=settings.thinking_tokens,
         inputs=describe_target(target, workloads, root),
@@ -446,19 +448,42 @@ def _make_policy(name: str, makings: _Makings, workloads: list[dict[str, Any]], 
                      run_id=makings.ctx.run_id, concurrency=settings.llm_concurrency, seed=settings.search_seed)
 
 
-def describe_device(device: str) -> dict[str, Any]:
-    """What the prompt says about the machine: name, parallelism, measured bandwidth."""
+#: the machine descriptions a project's prompts were written with, by kind of machine
+DEVICES_FILE = Path(".maxcode") / "devices.json"
+
+
+def describe_device(device: str, root: Path | None = None) -> dict[str, Any]:
+    """What the prompt says about the machine: name, parallelism, measured bandwidth. With a
+    project ``root``, the description its prompts were written with on this kind of machine (a
+    runner of the same model and size): a fresh CI runner measures the bandwidth a few percent
+    apart, and a prompt that differs in that figure misses the response cache the action
+    restores, so every model call would be paid again."""
     d: dict[str, Any] = {}
     if device == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         d.update(name=props.name, sms=props.multi_processor_count)
     else:
         d.update(name=probe.cpu_model(), cores=os.cpu_count())
+    kind = json.dumps(d, sort_keys=True)
+    known = _known_devices(root) if root is not None else {}
+    if isinstance(known.get(kind), dict):
+        return dict(known[kind])
     try:
         d["bytes_per_s"] = float(probe.bandwidth(probe.cache_dir(), device if device == "cuda" and torch.cuda.is_available() else "cpu")["bytes_per_s"])
     except (OSError, RuntimeError):
         pass
+    if root is not None:
+        with contextlib.suppress(OSError):
+            write_atomic(root / DEVICES_FILE, json.dumps({**known, kind: d}, indent=1) + "\n")
     return d
+
+
+def _known_devices(root: Path) -> dict[str, Any]:
+    try:
+        known = json.loads((root / DEVICES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
 def _format_verdict(p: Proposal) -> Verdict:
