@@ -20,10 +20,13 @@ Imports nothing from pytest_maxcode: it runs under the side's own ``sys.path``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import random
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 if __name__ == "__main__":
@@ -73,6 +76,22 @@ def _forkable() -> bool:
     return not (cuda is not None and cuda.is_initialized())
 
 
+def _shifted(rng: random.Random, run: Callable[[], int]) -> int:
+    """``run()`` from a heap and stacks laid out afresh: siblings forked from one server would
+    otherwise place the run's objects, frames and C stack at the same addresses, so every run
+    of a side shares one layout's luck (a few percent either way), its runs agree too well,
+    and a t-test between two sides' layouts finds a difference in identical code."""
+    ballast = [bytearray(rng.randrange(1, 1024)) for _ in range(rng.randrange(1, 512))]
+
+    def nested(depth: int) -> int:  # each level through C (partial) moves the C stack too
+        return run() if depth == 0 else functools.partial(nested, depth - 1)()
+
+    try:
+        return nested(rng.randrange(64))
+    finally:
+        del ballast
+
+
 def _forked(argv: list[str], log: str) -> int:
     pid = os.fork()
     if pid == 0:
@@ -84,7 +103,7 @@ def _forked(argv: list[str], log: str) -> int:
             os.dup2(out, 1)
             os.dup2(out, 2)
             sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *argv]
-            code = int(pytest.main(argv))
+            code = _shifted(random.Random(os.urandom(16)), lambda: int(pytest.main(argv)))
         except BaseException as exc:  # noqa: BLE001 - the run's log says what happened
             print(f"bench-ab fork server: {type(exc).__name__}: {exc}", file=sys.stderr)
         finally:
