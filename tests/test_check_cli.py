@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -37,6 +38,8 @@ def test_correct_candidate_json_and_exit_zero(project: Path) -> None:
     assert w["rounds"] >= 15
     assert 0 < w["bandwidth_fraction"]
     assert w["bytes_per_call"] == (64 * 1024 + 1024 + 64 * 1024) * 4
+    assert v["diagnostics"]["remeasure"] == {"command": f"maxcode check ref.py good.cpp --json {' '.join(FAST)} --repeat 5",
+                                             "expect": [low, high]}
 
 
 def test_wrong_candidate_exits_one_with_mismatch_summary(project: Path) -> None:
@@ -55,6 +58,10 @@ def test_human_output(project: Path) -> None:
     assert r.returncode == 1
     assert "compile_error" in r.stdout and "broken.cpp:2" in r.stdout
     assert "good.cpp" in r.stdout
+    # a correct candidate's quoted interval comes with the command that measures it again
+    flat = " ".join(r.stdout.split())
+    assert "`maxcode check ref.py good.cpp --time-budget 0.1 --timeout 30 --repeat 5`" in flat, r.stdout
+    assert re.search(r"each repeat should land in \[\d+\.\d\d, \d+\.\d\d\]", flat), r.stdout
 
 
 def test_function_reference_with_scalar_and_inputs_option(tmp_path: Path) -> None:
