@@ -5,6 +5,7 @@ and missing."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,21 @@ def test_the_field_metrics_come_out_exactly(generations_run: tuple[dict, str]) -
     assert "### KernelBench level 1: 3/5 correct (60%), cpu, scale 1" in table
     assert f"| eager | 60% | 20% | 20% | 20% | 20% | {above_2:.0%} |" in table
     assert "| 4_Zero_like | not_faster (weak check) |" in table and "Weak checks (outputs barely depend on the inputs): 4" in table
+
+
+def test_the_table_quotes_a_command_that_measures_each_speedup_again(generations_run: tuple[dict, str]) -> None:
+    summary, table = generations_run
+    by = {r["number"]: r for r in summary["results"]}
+    assert by[2]["remeasure"] is None and by[5]["remeasure"] is None  # wrong, no candidate: nothing to re-measure
+    cmd, (lo, hi) = by[1]["remeasure"], by[1]["speedup_ci"]
+    assert f"- p1: `{cmd}` [{lo:.2f}, {hi:.2f}]" in table
+    argv = shlex.split(cmd)
+    assert argv[:2] == ["maxcode", "check"] and argv[-2:] == ["--repeat", "5"]
+    # as written (two repeats, not five, to keep the test short), in the problem's folder: it
+    # times the same candidate again and says how many repeats landed inside
+    r = run_maxcode([*argv[1:-1], "2"], cwd=Path(summary["problems_dir"]) / "p1")
+    assert r.returncode == 0, r.stderr
+    assert "of 2 repeats fell inside the quoted" in " ".join(r.stdout.split()), r.stdout
 
 
 def test_the_compile_baseline_is_measured_in_the_same_run_on_scaled_sizes(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -54,6 +56,8 @@ class ProblemResult:
     reason: str = ""
     scaled: dict[str, list[int]] = field(default_factory=dict)
     wall_s: float = 0.0
+    #: the command (run in the problem's folder) that times the candidate again, five times
+    remeasure: str | None = None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -204,6 +208,10 @@ def run_problem(problem: Problem, work: Path, run: ProblemRun) -> ProblemResult:
         result.wall_s = time.monotonic() - start
         return result
     _record(result, verdict, verdict if same else compiled)
+    if candidate is not None and result.correct and result.speedup_ci:
+        result.remeasure = shlex.join(["maxcode", "check", ref_file.name, os.path.relpath(candidate, ref_file.parent),
+                                       *(["--device", run.device] if run.device else []),
+                                       "--time-budget", f"{run.time_budget:g}", "--repeat", "5"])
     result.wall_s = time.monotonic() - start
     return result
 
@@ -231,6 +239,11 @@ def markdown(summary: dict[str, Any]) -> str:
                      f"{_x(r['speedup_vs_compile'])} | {r['wall_s']:.1f} s |")
     if m["weak_check"]:
         lines += ["", "Weak checks (outputs barely depend on the inputs): " + ", ".join(map(str, m["weak_check"]))]
+    again = [r for r in summary["results"] if r.get("remeasure") and r.get("speedup_ci")]
+    if again:
+        where = summary.get("problems_dir") or "problems"
+        lines += ["", f"Re-measure a speedup (in its problem's folder under `{where}`; each repeat should land in the interval):", ""]
+        lines += [f"- p{r['number']}: `{r['remeasure']}` [{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}]" for r in again]
     return "\n".join(lines) + "\n"
 
 
@@ -269,7 +282,8 @@ def run(ns: argparse.Namespace) -> int:
             search.close()
     summary = {"suite": "kernelbench", "level": ns.level, "scale": ns.scale, "device": device,
                "mode": "generations" if generations else "search", "metrics": metrics(rows),
-               "results": [asdict(r) for r in rows], "wall_s": round(sum(r.wall_s for r in rows), 2)}
+               "results": [asdict(r) for r in rows], "wall_s": round(sum(r.wall_s for r in rows), 2),
+               "problems_dir": str(work)}
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(summary)
     paths = [out / "result.json"] + ([Path(ns.json)] if ns.json else [])
