@@ -10,7 +10,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..model.report import Evaluation, Remeasure, SearchSummary, row_of, rows_of
+from ..model.report import (
+    Evaluation,
+    Remeasure,
+    SearchSummary,
+    WorkloadResult,
+    row_of,
+    rows_of,
+)
 from ..model.verdict import undecided
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -353,3 +360,13 @@ def sparkline(values: Sequence[float]) -> str:
     if hi - lo <= 1e-12 * max(abs(hi), 1e-30):
         return _BARS[3] * len(values)
     return "".join(_BARS[min(len(_BARS) - 1, int((v - lo) / (hi - lo) * len(_BARS)))] for v in values)
+
+
+#: the workload table's columns, in the markdown and the HTML report alike
+WORKLOAD_HEADER = ("workload", "signature", "input sets", "reference", "candidate", "speedup")
+
+
+def workload_cells(w: WorkloadResult) -> tuple[str, ...]:
+    """One workload's row of :data:`WORKLOAD_HEADER` ("?" for a name an older row lacked)."""
+    return (str(w.name) if w.given("name") else "?", str(w.signature), "-" if w.n_sets is None else str(w.n_sets),
+            fmt_time(w.reference_s), fmt_time(w.candidate_s), fmt_speedup(w.speedup, w.speedup_ci))

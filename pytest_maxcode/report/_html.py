@@ -524,19 +524,8 @@ def _search_figures(t: Mapping[str, Any], min_speedup: float | None) -> list[str
 def _workloads_table(workloads: Sequence[WorkloadResult]) -> list[str]:
     if not workloads:
         return []
-    rows = [
-        (
-            str(w.name) if w.given("name") else "?",
-            str(w.signature),
-            "-" if w.n_sets is None else str(w.n_sets),
-            f.fmt_time(w.reference_s),
-            f.fmt_time(w.candidate_s),
-            f.fmt_speedup(w.speedup, w.speedup_ci),
-        )
-        for w in workloads
-    ]
-    header = ("workload", "signature", "input sets", "reference", "candidate", "speedup")
-    return ["<h3>Workloads</h3>", _table(header, rows, numeric=(2, 3, 4, 5))]
+    rows = [f.workload_cells(w) for w in workloads]
+    return ["<h3>Workloads</h3>", _table(f.WORKLOAD_HEADER, rows, numeric=(2, 3, 4, 5))]
 
 
 def _benchmarks_table(benchmarks: Sequence[BenchmarkResult]) -> list[str]:

@@ -45,20 +45,7 @@ def _target_section(t: Mapping[str, Any]) -> list[str]:
     workloads = rows_of(WorkloadResult, t.get("workloads"))
     if workloads:
         out += ["### Workloads", ""]
-        out += _table(
-            ("workload", "signature", "input sets", "reference", "candidate", "speedup"),
-            (
-                (
-                    str(w.name) if w.given("name") else "?",
-                    str(w.signature),
-                    "-" if w.n_sets is None else str(w.n_sets),
-                    f.fmt_time(w.reference_s),
-                    f.fmt_time(w.candidate_s),
-                    f.fmt_speedup(w.speedup, w.speedup_ci),
-                )
-                for w in workloads
-            ),
-        )
+        out += _table(f.WORKLOAD_HEADER, (f.workload_cells(w) for w in workloads))
         out.append("")
 
     benchmarks = rows_of(BenchmarkResult, t.get("benchmarks"))
