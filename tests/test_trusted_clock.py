@@ -279,3 +279,20 @@ def test_the_servers_keep_off_the_timers_core(tmp_path: Path) -> None:
         assert servers
         assert {frozenset(os.sched_getaffinity(t)) for t in servers} == {frozenset(cores.servers)}
     assert os.sched_getaffinity(me) == before
+
+
+def test_a_reply_to_a_worker_that_died_is_a_crash_not_an_error() -> None:
+    """A worker that exits between sending its outputs and reading the reply: the reply finds a
+    closed pipe. That is the candidate's crash (judged, the batch goes on), not a BrokenPipeError
+    that ended a whole batch with no verdicts (seen once in a full run, hostile candidates)."""
+    import multiprocessing
+    import time as _time
+
+    from pytest_maxcode.oracle.pool import ChildGone, Job
+
+    ours, theirs = multiprocessing.Pipe()
+    theirs.close()
+    job = Job(None, 1, 0, ours, None, _time.monotonic() + 5, 1 << 20, stage="input set 0")  # type: ignore[arg-type]
+    with pytest.raises(ChildGone, match="input set 0"):
+        for _ in range(64):  # the first writes may still fit the pipe's buffer
+            job.send("ok", "x" * 4096)

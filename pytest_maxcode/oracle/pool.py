@@ -113,7 +113,12 @@ class Job:
     stage: str = "start"
 
     def send(self, *msg: Any) -> None:
-        self.conn.send(msg)
+        """A reply to the worker; one that died meanwhile (its own exit, a kill) is :class:`ChildGone`,
+        judged as a crash like a death noticed while reading, not an error that ends the batch."""
+        try:
+            self.conn.send(msg)
+        except OSError:  # BrokenPipeError, ConnectionResetError: the worker's end is closed
+            raise ChildGone(self.stage) from None
 
     def recv(self, deadline: float | None = None) -> Event:
         end = self.deadline if deadline is None else deadline
