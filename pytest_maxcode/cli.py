@@ -26,7 +26,7 @@ from .bot.memory import status_lines
 from .bot.pr import DEFAULT_AUTHOR, DEFAULT_MAX_WAIT, Bot
 from .bot.pr import DEFAULT_REPLACE_MARGIN as REPLACE_MARGIN
 from .errors import MaxcodeError
-from .report import fmt_time, validate
+from .report import fmt_time, remeasure_text, validate
 from .report.tree import best_node, render_tree
 from .sandbox.env import hide_own_environment
 from .tables import Regressions, parse_regressions
@@ -752,12 +752,11 @@ def cmd_check(ns: argparse.Namespace) -> int:
             print(line)
         if not ns.repeat:
             for v in verdicts:
-                again = v.diagnostics.get("remeasure")
+                again = remeasure_text(v.diagnostics)  # the report's wording of the same promise
                 if again:
-                    lo, hi = again["expect"]
                     # two lines: the table fits 80 columns, and so should what follows it
-                    print(f"{os.path.basename(v.candidate)}: each repeat of this should land in [{lo:.2f}, {hi:.2f}]:")
-                    print(f"  {again['command']}")
+                    print(f"{os.path.basename(v.candidate)}: {again[1]}:")
+                    print(f"  {again[0]}")
     return 0 if all(v.correct for v in verdicts) else 1
 
 

@@ -60,7 +60,7 @@ def test_the_table_quotes_a_command_that_measures_each_speedup_again(generations
     by = {r["number"]: r for r in summary["results"]}
     assert by[2]["remeasure"] is None and by[5]["remeasure"] is None  # wrong, no candidate: nothing to re-measure
     cmd, (lo, hi) = by[1]["remeasure"], by[1]["speedup_ci"]
-    assert f"- p1: `{cmd}` [{lo:.2f}, {hi:.2f}]" in table
+    assert f"- p1: `{cmd}`: each repeat should land in [{lo:.2f}, {hi:.2f}]" in table
     argv = shlex.split(cmd)
     assert argv[:2] == ["maxcode", "check"] and argv[-2:] == ["--repeat", "5"]
     # as written (two repeats, not five, to keep the test short), in the problem's folder: it

@@ -59,7 +59,7 @@ def test_human_output(project: Path) -> None:
     assert "compile_error" in r.stdout and "broken.cpp:2" in r.stdout
     assert "good.cpp" in r.stdout
     # a correct candidate's quoted interval comes with the command that measures it again
-    assert re.search(r"good\.cpp: each repeat of this should land in \[\d+\.\d\d, \d+\.\d\d\]:\n"
+    assert re.search(r"good\.cpp: each repeat should land in \[\d+\.\d\d, \d+\.\d\d\]:\n"
                      r"  maxcode check ref\.py good\.cpp --time-budget 0\.1 --timeout 30 --repeat 5\n", r.stdout), r.stdout
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import MaxcodeError
 from ..options import positive_float, positive_int
+from ..report import remeasure_text
 from .problems import Problem, find_problems, scaled_source
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "")
@@ -242,8 +243,11 @@ def markdown(summary: dict[str, Any]) -> str:
     again = [r for r in summary["results"] if r.get("remeasure") and r.get("speedup_ci")]
     if again:
         where = summary.get("problems_dir") or "problems"
-        lines += ["", f"Re-measure a speedup (in its problem's folder under `{where}`; each repeat should land in the interval):", ""]
-        lines += [f"- p{r['number']}: `{r['remeasure']}` [{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}]" for r in again]
+        lines += ["", f"Re-measure a speedup (in its problem's folder under `{where}`):", ""]
+        for r in again:
+            shown = remeasure_text({"remeasure": {"command": r["remeasure"], "expect": r["speedup_ci"]}})
+            if shown:
+                lines.append(f"- p{r['number']}: `{shown[0]}`: {shown[1]}")
     return "\n".join(lines) + "\n"
 
 
