@@ -375,12 +375,13 @@ def cmd_apply(ns: argparse.Namespace) -> int:
 def cmd_status(ns: argparse.Namespace) -> int:
     lock = find_lock(Path.cwd())
     held_back = status_lines(lock.parent if lock else Path.cwd())
+    aside = sys.stderr if ns.json else sys.stdout  # the held-back lines: beside the JSON, which stays the lock's rows
     if lock is None:
         sys.stderr.write("maxcode: no maxcode.lock here or above; no kernel is accepted yet\n")
         if ns.json:
             print("[]")
-        for line in held_back:  # beside the JSON (on stderr) when JSON is asked for
-            print(line, file=sys.stderr if ns.json else sys.stdout)
+        for line in held_back:
+            print(line, file=aside)
         return 0
     try:
         entries = read_lock(lock)
@@ -401,8 +402,6 @@ def cmd_status(ns: argparse.Namespace) -> int:
     if ns.json:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        for line in held_back:  # beside the JSON, which stays the lock's rows
-            sys.stderr.write(line + "\n")
     else:
         # rich loads when a table is printed: keeps start-up fast
         from rich.console import Console
@@ -420,8 +419,8 @@ def cmd_status(ns: argparse.Namespace) -> int:
             table.add_row(Text(r["target"]), Text(r["state"], style=style[r["state"]]), Text(r["kernel"]),
                           f"{r['speedup']:.3g}x", Text(r["reason"]))
         Console().print(table)
-        for line in held_back:
-            print(line)
+    for line in held_back:
+        print(line, file=aside)
     return 1 if any(r.get("lock_state", r["state"]) in ("stale", "missing") for r in rows) else 0
 
 

@@ -231,7 +231,7 @@ class _Runs:
         ready, _, _ = select.select([server.stdout], [], [], timeout_s)
         if not ready:
             _kill_group(server)
-            raise MaxcodeError(f"bench-ab: the {self.side}'s benchmarks did not finish within {timeout_s:.0f} s")
+            raise self._too_slow(timeout_s)
         answer = server.stdout.readline()
         if not answer:
             raise MaxcodeError(f"bench-ab: pytest stopped on the {self.side} before running: {_last_line(self.server_log)[:200]}")
@@ -247,7 +247,10 @@ class _Runs:
                 return subprocess.run(command, cwd=self.cwd, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s,
                                       stdin=subprocess.DEVNULL, env=env, check=False).returncode
         except subprocess.TimeoutExpired:
-            raise MaxcodeError(f"bench-ab: the {self.side}'s benchmarks did not finish within {timeout_s:.0f} s") from None
+            raise self._too_slow(timeout_s) from None
+
+    def _too_slow(self, timeout_s: float) -> MaxcodeError:
+        return MaxcodeError(f"bench-ab: the {self.side}'s benchmarks did not finish within {timeout_s:.0f} s")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -459,7 +459,8 @@ def describe_device(device: str, root: Path | None = None) -> dict[str, Any]:
     apart, and a prompt that differs in that figure misses the response cache the action
     restores, so every model call would be paid again."""
     d: dict[str, Any] = {}
-    if device == "cuda" and torch.cuda.is_available():
+    gpu = device == "cuda" and torch.cuda.is_available()
+    if gpu:
         props = torch.cuda.get_device_properties(0)
         d.update(name=props.name, sms=props.multi_processor_count)
     else:
@@ -469,7 +470,7 @@ def describe_device(device: str, root: Path | None = None) -> dict[str, Any]:
     if isinstance(known.get(kind), dict):
         return dict(known[kind])
     try:
-        d["bytes_per_s"] = float(probe.bandwidth(probe.cache_dir(), device if device == "cuda" and torch.cuda.is_available() else "cpu")["bytes_per_s"])
+        d["bytes_per_s"] = float(probe.bandwidth(probe.cache_dir(), "cuda" if gpu else "cpu")["bytes_per_s"])
     except (OSError, RuntimeError):
         pass
     if root is not None:
