@@ -139,13 +139,31 @@ def test_cuda_candidates_compile_without_a_gpu(project: Path) -> None:
     assert r.returncode == 2 and "no CUDA device" in r.stderr
 
 
+def test_cuda_cheats_compile_without_a_gpu(tmp_path: Path) -> None:
+    """The GPU cheats below are real CUDA: they build with nvcc here, so on a GPU they run."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    from pytest_maxcode.native import build
+
+    sources = [build.Source(DATA / "chain" / "cheats" / name, "cuda") for name in GPU_CHEATS]
+    results = build.build_all(sources, tmp_path / "cache")
+    assert all(r.ok for r in results), [r.errors for r in results]
+
+
+GPU_CHEATS = ("side_stream.cu", "stale_device_result.cu")
+
+
 @pytest.mark.gpu
-def test_cuda_candidate_on_gpu(project: Path) -> None:
-    r = run_maxcode(["check", "ref.py", "chain.cu", "cheats/patch_cuda_sync.py", "--json", *FAST], cwd=project)
-    cu, cheat = r.verdicts
+def test_cuda_candidate_and_cheats_on_gpu(project: Path) -> None:
+    cheats = ["cheats/patch_cuda_sync.py", *(f"cheats/{name}" for name in GPU_CHEATS)]
+    r = run_maxcode(["check", "ref.py", "chain.cu", *cheats, "--json", *FAST], cwd=project)
+    cu, sync, side, stale = r.verdicts
     assert cu["status"] in ("faster", "not_faster"), cu
     assert cu["diagnostics"]["device"] == "cuda"
-    assert cheat["status"] == "rejected"
+    assert sync["status"] == "rejected"
+    # its 64 passes on a stream of its own are inside the timed interval: correct, and slower
+    assert side["status"] == "not_faster" and side["speedup_ci"][1] < 1, side
+    assert stale["status"] == "wrong", stale
 
 
 def test_every_evaluation_lands_in_the_store(project: Path) -> None:
