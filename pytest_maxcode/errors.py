@@ -1,6 +1,10 @@
 """Errors that reach the user as one line that says what to do."""
 
 
+#: ``--device cuda`` where there is no GPU: said before any work starts, by every command
+NO_CUDA_DEVICE = "--device cuda: no CUDA device is available on this machine; use --device cpu"
+
+
 class MaxcodeError(Exception):
     """A usage error or a broken reference: printed as one line, exit status 2."""
 

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_maxcode
+from conftest import DATA, cuda_available, run_maxcode
 
 from pytest_maxcode.bench.kernelbench import (
     PS,
@@ -20,7 +20,7 @@ from pytest_maxcode.bench.kernelbench import (
     metrics,
 )
 from pytest_maxcode.bench.problems import find_problems, parse_selection, scaled_source
-from pytest_maxcode.errors import MaxcodeError
+from pytest_maxcode.errors import NO_CUDA_DEVICE, MaxcodeError
 
 KB = DATA / "kernelbench"
 
@@ -118,6 +118,11 @@ def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no KernelBench level 1 problems" in r.stderr
     r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--generations", str(tmp_path / "none")], cwd=tmp_path)
     assert r.returncode == 2 and "--generations" in r.stderr and "no such folder" in r.stderr
+    if not cuda_available():  # at once, not as a failure of every problem (and exit 0)
+        r = run_maxcode(["bench", "kernelbench", str(KB), "--level", "1", "--device", "cuda", "--out", str(tmp_path / "o")],
+                        cwd=tmp_path)
+        assert (r.returncode, r.stderr) == (2, f"maxcode: error: {NO_CUDA_DEVICE}\n")
+        assert not (tmp_path / "o").exists()
 
 
 def test_search_mode_with_the_built_in_policy_compiles_the_problem(tmp_path: Path) -> None:

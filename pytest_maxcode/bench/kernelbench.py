@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import MaxcodeError
+from ..errors import NO_CUDA_DEVICE, MaxcodeError
 from ..options import positive_float, positive_int
 from ..report import remeasure_text
 from .problems import Problem, find_problems, scaled_source
@@ -263,9 +263,11 @@ def run(ns: argparse.Namespace) -> int:
     out = Path(ns.out) if ns.out else Path.cwd() / ".maxcode" / "bench" / f"kernelbench-{time.strftime('%Y%m%d-%H%M%S')}"
     work = out / "problems"
     device = ns.device
-    if device is None:
+    if device != "cpu":
         import torch  # only to pick the device: keeps start-up fast
 
+        if device == "cuda" and not torch.cuda.is_available():
+            raise MaxcodeError(NO_CUDA_DEVICE)
         device = "cuda" if torch.cuda.is_available() else "cpu"
     search = None
     if generations is None:
