@@ -50,3 +50,171 @@ def test_something_missing_a_member_is_not_an_oracle() -> None:
 
     with pytest.raises(AssertionError):
         assert isinstance(Half(), OracleLike)
+
+
+# ----------------------------------------------------------------------------- the worker's events
+
+_CTL_SAMPLES: dict[str, dict[str, object]] = {
+    "ready": {"python": "3.12.1", "torch": "2.5.0", "call_path": "compiled"},
+    "setup_error": {"message": "ImportError: no module x", "detail": "Traceback ..."},
+    "ok": {},
+    "forked": {"job_id": 3, "pid": 4242},
+    "exited": {"job_id": 3, "pid": 4242, "status": -9, "leftovers": 0},
+}
+
+
+def test_every_control_event_the_zygote_sends_arrives_as_the_same_named_event() -> None:
+    import socket
+
+    from pytest_maxcode.oracle.protocol import CTL_EVENTS, load_ctl
+    from pytest_maxcode.oracle.remote._maxcode_worker import _send_ctl
+
+    assert set(_CTL_SAMPLES) == set(CTL_EVENTS)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        for name, kwargs in _CTL_SAMPLES.items():
+            _send_ctl(theirs, name, **kwargs)
+            ev = load_ctl(ours.recv(1 << 16))
+            assert (ev.name, ev.kwargs) == (name, kwargs)
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"ready", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b"[" * 100_000, "not JSON"),
+        (b'["ready"]', "not a (name, {keywords}) event"),
+        (b'{"name": "ok"}', "not a (name, {keywords}) event"),
+        (b'["ok", {}, 1]', "not a (name, {keywords}) event"),
+        (b'["ready", {"python": "3"}]', "keywords"),
+        (b'["ok", {"extra": 1}]', "keywords"),
+        (b'["forked", {"job_id": 1}]', "keywords"),
+        (b'["forked", {"job_id": 1, "pid": 0}]', "pid is not valid"),  # killpg(0) would be our own group
+        (b'["forked", {"job_id": 1, "pid": -1}]', "pid is not valid"),
+        (b'["forked", {"job_id": 1, "pid": "7"}]', "pid is not valid"),
+        (b'["exited", {"job_id": 1, "pid": 7, "status": 0, "leftovers": true}]', "leftovers is not valid"),
+        (b'["dead", {"message": "forged"}]', "unknown event"),  # made by the parent, never read off the socket
+        (b'["timeout", {}]', "unknown event"),
+        (b'["outputs", {"workload": "w", "set": 0, "outputs": []}]', "unknown event"),  # a job's event, not a control one
+    ],
+)
+def test_a_malformed_control_event_is_a_protocol_error_with_a_one_line_reason(data: bytes, why: str) -> None:
+    from pytest_maxcode.oracle.protocol import ProtocolError, load_ctl
+
+    with pytest.raises(ProtocolError) as caught:
+        load_ctl(data)
+    assert why in str(caught.value) and "\n" not in str(caught.value)
+
+
+def _fake_zygote(tmp_path: Path, answer: bytes):
+    """A Zygote whose control socket's other end is ours, with ``answer`` already waiting on it."""
+    import socket
+
+    from pytest_maxcode.oracle.pool import Zygote
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    theirs.send(answer)
+    zygote = Zygote(reference={}, cwd=tmp_path)
+    zygote.ctl = ours
+    return zygote, theirs
+
+
+def test_a_zygote_that_breaks_the_control_protocol_is_closed_with_the_reason(tmp_path: Path) -> None:
+    from pytest_maxcode.oracle.pool import WorkerSetupError
+
+    zygote, theirs = _fake_zygote(tmp_path, b'["ready", {"python": "3"}]')
+    with theirs, pytest.raises(WorkerSetupError, match="broke the control protocol: event 'ready' with keywords"):
+        zygote.wait_ready(timeout=5)
+    assert zygote.ctl is None
+
+
+def test_a_setup_error_reaches_the_caller_as_its_message(tmp_path: Path) -> None:
+    from pytest_maxcode.oracle.pool import WorkerSetupError
+
+    zygote, theirs = _fake_zygote(tmp_path, b'["setup_error", {"message": "ImportError: x", "detail": "tb"}]')
+    with theirs, pytest.raises(WorkerSetupError, match="^ImportError: x$"):
+        zygote.wait_ready(timeout=5)
+
+
+def test_a_forged_exit_ends_the_zygote_instead_of_being_believed(tmp_path: Path) -> None:
+    zygote, theirs = _fake_zygote(tmp_path, b'["exited", {"job_id": 1, "pid": 7, "status": 0}]')
+    with theirs:
+        assert zygote._wait_exit(1, None, grace=5.0) == (None, 0)  # type: ignore[arg-type]
+    assert zygote.ctl is None
+
+
+# ----------------------------------------------------------------------------- the trusted side's commands
+
+
+def test_every_command_to_the_zygote_arrives_named_with_its_keywords_and_descriptors(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    from pytest_maxcode.oracle.pool import Zygote
+    from pytest_maxcode.oracle.remote._maxcode_worker import _recv_ctl
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    zygote = Zygote(reference={}, cwd=tmp_path)
+    zygote.ctl = ours
+    r, w = os.pipe()
+    try:
+        zygote._send("setup", reference={"path": "ref.py", "name": "Model"})
+        assert _recv_ctl(theirs) == ("setup", {"reference": {"path": "ref.py", "name": "Model"}}, [])
+        zygote._send("inputs", path="/tmp/x.pt")
+        assert _recv_ctl(theirs) == ("inputs", {"path": "/tmp/x.pt"}, [])
+        zygote._send("fork", fds=[w], job_id=2, job={"kind": "reference"})
+        name, kwargs, fds = _recv_ctl(theirs)
+        assert (name, kwargs, len(fds)) == ("fork", {"job_id": 2, "job": {"kind": "reference"}}, 1)
+        os.write(fds[0], b"through")  # the descriptor travelled: the worker's copy writes into our pipe
+        os.close(fds[0])
+        assert os.read(r, 16) == b"through"
+        zygote._send("exit")
+        assert _recv_ctl(theirs) == ("exit", {}, [])
+        ours.close()
+        assert _recv_ctl(theirs) == ("exit", {}, [])  # a closed socket reads as exit
+    finally:
+        os.close(r)
+        os.close(w)
+        theirs.close()
+
+
+def test_the_server_loop_reads_each_command_by_name_and_keyword() -> None:
+    """The trusted side's commands, sent through a Job, drive the worker's real command loop;
+    its answers come back as validated events."""
+    import multiprocessing
+    import threading
+    import time
+
+    from pytest_maxcode.oracle.pool import Job
+    from pytest_maxcode.oracle.remote import _maxcode_worker as worker
+
+    ours, theirs = multiprocessing.Pipe()
+    job = Job(None, 1, 1, ours, None, time.monotonic() + 30, 1 << 20)  # type: ignore[arg-type]
+    seen: list[tuple] = []
+
+    class Stager:
+        def run(self, workload: str, plan: list, first: int) -> bool:
+            seen.append(("stage", workload, plan, first))
+            return True
+
+        def close(self) -> None:
+            seen.append(("stager closed",))
+
+    server = worker._Server(theirs, make_call=None, device="cpu", inplace=False)
+    server._map = lambda layout, direct: seen.append(("map", layout, direct))  # type: ignore[method-assign]
+    server._round = lambda n, rid: seen.append(("round", n, rid))  # type: ignore[method-assign]
+    server.stager = Stager()  # type: ignore[assignment]
+    loop = threading.Thread(target=server.serve)
+    loop.start()
+    job.send("map", layout={"slots": 2}, direct=True)
+    assert job.expect("mapped").kwargs == {}
+    job.send("stage", workload="w", plan=[["fresh", 5]], first=4)
+    assert job.expect("staged").kwargs == {"fresh": True}
+    job.send("round", n=2, rid=7)
+    job.send("flush")
+    assert job.expect("flushed").kwargs == {}
+    job.send("finish")
+    loop.join(timeout=10)
+    assert not loop.is_alive()
+    assert seen == [("map", {"slots": 2}, True), ("stage", "w", [["fresh", 5]], 4), ("round", 2, 7), ("stager closed",)]

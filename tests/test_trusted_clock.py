@@ -295,4 +295,4 @@ def test_a_reply_to_a_worker_that_died_is_a_crash_not_an_error() -> None:
     job = Job(None, 1, 0, ours, None, _time.monotonic() + 5, 1 << 20, stage="input set 0")  # type: ignore[arg-type]
     with pytest.raises(ChildGone, match="input set 0"):
         for _ in range(64):  # the first writes may still fit the pipe's buffer
-            job.send("ok", "x" * 4096)
+            job.send("ok", padding="x" * 4096)

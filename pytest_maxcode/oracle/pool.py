@@ -26,7 +26,7 @@ import torch
 
 from ..native import callpath
 from ..sandbox.isolation import Isolation, Limits, Sandboxed, prepare
-from .protocol import Event, ProtocolError, validate
+from .protocol import Event, ProtocolError, load_ctl, validate
 from ..sandbox.env import scrubbed_env
 
 WORKER = Path(__file__).parent / "remote" / "_maxcode_worker.py"
@@ -112,11 +112,12 @@ class Job:
     leftovers: int = 0
     stage: str = "start"
 
-    def send(self, *msg: Any) -> None:
-        """A reply to the worker; one that died meanwhile (its own exit, a kill) is :class:`ChildGone`,
-        judged as a crash like a death noticed while reading, not an error that ends the batch."""
+    def send(self, name: str, **kwargs: Any) -> None:
+        """A command or reply to the worker, ``(name, {keywords})``; one that died meanwhile (its own
+        exit, a kill) is :class:`ChildGone`, judged as a crash like a death noticed while reading,
+        not an error that ends the batch."""
         try:
-            self.conn.send(msg)
+            self.conn.send((name, kwargs))
         except OSError:  # BrokenPipeError, ConnectionResetError: the worker's end is closed
             raise ChildGone(self.stage) from None
 
@@ -267,15 +268,11 @@ class Zygote:
             helper = callpath.sealed_fd() if self.call_path else None
         except Warning:  # warnings turned into errors: the worker calls candidates through ctypes
             helper = None
-        self._send("setup", self.reference, fds=[helper] if helper is not None else None)
+        self._send("setup", fds=[helper] if helper is not None else None, reference=self.reference)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        msg = self._recv(timeout)
-        if msg[0] != "ready":
-            self.close()
-            detail = msg[1] if len(msg) > 1 else "the worker exited"
-            raise WorkerSetupError(str(detail))
-        self.info = msg[1]
+        ev = self._expect("ready", timeout)
+        self.info = dict(ev.kwargs)
         if self.inputs_path:
             self.load_inputs(self.inputs_path)
 
@@ -290,32 +287,55 @@ class Zygote:
 
     def load_inputs(self, path: str) -> None:
         self.inputs_path = path
-        self._send("inputs", path)
-        msg = self._recv(300.0)
-        if msg[0] != "ok":
+        self._send("inputs", path=path)
+        try:
+            ev = self._recv(300.0)
+        except ProtocolError as e:
+            self.close()
+            raise WorkerSetupError(f"the worker could not load {path}: {e}") from None
+        if ev.name != "ok":
             raise WorkerSetupError(f"the worker could not load {path}")
 
-    def _send(self, *msg: Any, fds: list[int] | None = None) -> None:
+    def _send(self, name: str, *, fds: list[int] | None = None, **kwargs: Any) -> None:
+        """A command to the zygote, JSON ``[name, {keywords}]``; ``fds`` travel with it (SCM_RIGHTS)."""
         assert self.ctl is not None
-        data = json.dumps(msg).encode()
+        data = json.dumps((name, kwargs)).encode()
         if fds:
             socket.send_fds(self.ctl, [data], fds)
         else:
             self.ctl.send(data)
 
-    def _recv(self, timeout: float) -> list:
+    def _recv(self, timeout: float) -> Event:
+        """The zygote's next control event, validated (a malformed one is :class:`ProtocolError`);
+        ``timeout`` and ``dead`` are made here, never read off the socket."""
         assert self.ctl is not None
         self.ctl.settimeout(timeout)
         try:
             data = self.ctl.recv(1 << 16)
         except socket.timeout:
-            return ["timeout"]
+            return Event("timeout", {})
         except OSError:
             data = b""
         if not data:
             log = self._log.text()[-2000:] if self._log else ""
-            return ["dead", log.strip().splitlines()[-1] if log.strip() else "the worker exited"]
-        return json.loads(data)
+            return Event("dead", {"message": log.strip().splitlines()[-1] if log.strip() else "the worker exited"})
+        return load_ctl(data)
+
+    def _expect(self, name: str, timeout: float) -> Event:
+        """The next control event, which must be ``name``; otherwise the zygote is closed and the
+        reason (its setup error, its last line of output, the broken protocol) is a WorkerSetupError."""
+        try:
+            ev = self._recv(timeout)
+        except ProtocolError as e:
+            self.close()
+            raise WorkerSetupError(f"the worker broke the control protocol: {e}") from None
+        if ev.name != name:
+            self.close()
+            if "message" in ev.kwargs:  # setup_error, dead
+                raise WorkerSetupError(str(ev.kwargs["message"]))
+            why = f"no '{name}' within {timeout:.0f} s" if ev.name == "timeout" else f"'{ev.name}' where '{name}' was due"
+            raise WorkerSetupError(why)
+        return ev
 
     def spawn(self, job: dict, timeout: float, max_message: int) -> Job:
         """Fork a child for ``job``; it must finish within ``timeout`` seconds."""
@@ -325,20 +345,26 @@ class Zygote:
         parent_chan, child_chan = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
         try:
-            self._send("fork", job_id, job, fds=[child_chan.fileno(), out_w])
+            self._send("fork", fds=[child_chan.fileno(), out_w], job_id=job_id, job=job)
         finally:
             child_chan.close()
             os.close(out_w)
-        msg = self._recv(60.0)
-        if msg[0] != "forked":
+        try:
+            ev = self._recv(60.0)
+            why = ev.name
+            if why == "forked" and ev.kwargs["job_id"] != job_id:
+                why = f"forked job {ev.kwargs['job_id']}, not {job_id}"
+        except ProtocolError as e:
+            why = str(e)
+        if why != "forked":
             os.close(out_r)
             parent_chan.close()
             self.close()
-            raise WorkerSetupError(f"the worker did not fork a job ({msg[0]})")
+            raise WorkerSetupError(f"the worker did not fork a job ({why})")
         reader = CappedReader(out_r)
         reader.start()
         conn = Connection(parent_chan.detach())
-        handle = Job(self, job_id, int(msg[2]), conn, reader, time.monotonic() + timeout, max_message)
+        handle = Job(self, job_id, int(ev.kwargs["pid"]), conn, reader, time.monotonic() + timeout, max_message)
         self._running = handle
         return handle
 
@@ -346,14 +372,17 @@ class Zygote:
         end = time.monotonic() + grace
         killed = False
         while True:
-            msg = self._recv(max(0.05, end - time.monotonic()) if not killed else 30.0)
-            if msg[0] == "exited" and msg[1] == job_id:
+            try:
+                ev = self._recv(max(0.05, end - time.monotonic()) if not killed else 30.0)
+            except ProtocolError:  # a zygote that breaks the protocol is not waited on: judged like a dead one
+                ev = Event("dead", {})
+            if ev.name == "exited" and ev.kwargs["job_id"] == job_id:
                 self._running = None
-                return int(msg[3]), int(msg[4])
-            if msg[0] in ("dead",):
+                return int(ev.kwargs["status"]), int(ev.kwargs["leftovers"])
+            if ev.name == "dead":
                 self.close()
                 return None, 0
-            if msg[0] == "timeout":
+            if ev.name == "timeout":
                 if killed:
                     self.close()
                     return None, 0

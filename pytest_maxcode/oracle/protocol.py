@@ -4,10 +4,16 @@ A worker that loaded candidate code can send anything; what arrives is checked a
 this table (names, keys, types) before the oracle looks at it, and anything else is a
 :class:`ProtocolError`, which the oracle turns into a ``rejected`` verdict with the reason.
 A worker can only *report* a failure; the statuses it may name are the failure ones.
+
+Two channels carry events, both as ``(name, {keywords})`` (pytest-xdist's style): a
+job's channel (``torch.save`` bytes, :data:`EVENTS`) and the zygote's control socket
+(JSON ``[name, {keywords}]``, :data:`CTL_EVENTS`). The commands the trusted side sends
+the other way have the same shape and are read by name and keyword there.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,18 +62,37 @@ EVENTS: dict[str, dict[str, Any]] = {
 }
 
 
+def _natural(v: Any) -> bool:
+    """A pid, job id or count: the trusted side signals pids, so 0 and -1 (whole groups) never pass."""
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+#: the zygote's control events: name -> {keyword: check}
+CTL_EVENTS: dict[str, dict[str, Any]] = {
+    "ready": {"python": _is(str), "torch": _is(str), "call_path": _is(str)},
+    "setup_error": {"message": _is(str), "detail": _is(str)},
+    "ok": {},
+    "forked": {"job_id": _natural, "pid": _natural},
+    "exited": {"job_id": _natural, "pid": _natural, "status": _is(int), "leftovers": _count},
+}
+
+
 @dataclass(frozen=True)
 class Event:
     name: str
     kwargs: dict[str, Any]
 
 
-def validate(msg: Any) -> Event:
-    """The event ``msg`` is, or ProtocolError saying what is wrong with it."""
+def validate(msg: Any, events: dict[str, dict[str, Any]] = EVENTS) -> Event:
+    """The event ``msg`` is (one of ``events``), or ProtocolError saying what is wrong with it."""
     if not (isinstance(msg, tuple) and len(msg) == 2 and isinstance(msg[0], str) and isinstance(msg[1], dict)):
         raise ProtocolError("a message that is not a (name, {keywords}) event")
     name, kwargs = msg
-    spec = EVENTS.get(name)
+    spec = events.get(name)
     if spec is None:
         raise ProtocolError(f"an unknown event {name[:40]!r}")
     if set(kwargs) != set(spec):
@@ -76,3 +101,14 @@ def validate(msg: Any) -> Event:
         if not check(kwargs[key]):
             raise ProtocolError(f"event {name!r}: {key} is not valid")
     return Event(name, kwargs)
+
+
+def load_ctl(data: bytes) -> Event:
+    """A control message from the zygote: JSON ``[name, {keywords}]``, validated like a job's events."""
+    try:
+        msg = json.loads(data)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
+        raise ProtocolError("a control message that is not JSON") from None
+    if isinstance(msg, list) and len(msg) == 2:  # JSON has no tuples: the array is the event's pair
+        msg = tuple(msg)
+    return validate(msg, CTL_EVENTS)

@@ -263,7 +263,7 @@ class _Side:
         ctl[shm.READY] = 0
         self.round += 1
         rnd = self.round
-        self.job.send("round", n, rnd)
+        self.job.send("round", n=n, rid=rnd)
         self._wait(shm.ARMED, lambda: ctl[shm.ARMED] == rnd, spin_s=shm.SPIN_S)
         token = secrets.randbits(63) | 1
         words = _words(region.span(part, n))
@@ -310,7 +310,7 @@ class _Side:
 
 def _map(side: _Side, fd: int, direct: bool) -> None:
     with _side(side.name):
-        side.job.send("map", side.region.layout, direct)
+        side.job.send("map", layout=side.region.layout, direct=direct)
         send_handle(side.job.conn, fd, 0)
         side.job.expect("mapped")
 
@@ -452,7 +452,7 @@ class _Rounds:
         """Ask the reference's worker for the next round's inputs, in the other staging area."""
         self.buffer = 1 - self.buffer
         with _side("reference"):
-            self.ref.job.send("stage", self.name, self._plan(n), self.buffer * self.slots)
+            self.ref.job.send("stage", workload=self.name, plan=self._plan(n), first=self.buffer * self.slots)
         self.pending = n
 
     def _drain(self) -> None:

@@ -7,10 +7,12 @@ whatever it patches, leaks or corrupts dies with its child, and the next candida
 starts clean. Each child gets its own message channel and stdout/stderr pipe, passed
 in by the parent over the control socket (SCM_RIGHTS).
 
-Messages are plain data. Zygote <-> parent: JSON on a SOCK_SEQPACKET socket.
-Child -> parent: ``torch.save`` bytes that the parent loads with ``weights_only=True``
-(tensors, numbers, strings, lists, dicts: a candidate cannot make the parent run code).
-Parent -> child: pickle (the child trusts the parent).
+Messages are plain data, each a named event with keyword data, ``(name, {keywords})``
+(pytest-xdist's style); the parent validates every one it receives (its
+``oracle/protocol.py``). Zygote <-> parent: JSON ``[name, {keywords}]`` on a SOCK_SEQPACKET
+socket, with file descriptors alongside. Child -> parent: ``torch.save`` bytes that the
+parent loads with ``weights_only=True`` (tensors, numbers, strings, lists, dicts: a
+candidate cannot make the parent run code). Parent -> child: pickle (the child trusts the parent).
 """
 
 from __future__ import annotations
@@ -70,15 +72,19 @@ _MAX_CTL = 1 << 16
 # ----------------------------------------------------------------------------- control
 
 
-def _send_ctl(sock: socket.socket, *msg: object) -> None:
-    sock.send(json.dumps(msg).encode())
+def _send_ctl(sock: socket.socket, name: str, **kwargs: object) -> None:
+    """One control event to the parent, which validates its name and keywords."""
+    sock.send(json.dumps((name, kwargs)).encode())
 
 
-def _recv_ctl(sock: socket.socket) -> tuple[list, list[int]]:
+def _recv_ctl(sock: socket.socket) -> tuple[str, dict, list[int]]:
+    """The parent's next command (name, keywords) and the descriptors sent with it; a closed
+    socket reads as ``exit``."""
     data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_CTL, 4)
     if not data:
-        return ["exit"], fds
-    return json.loads(data), fds
+        return "exit", {}, fds
+    name, kwargs = json.loads(data)
+    return name, kwargs, fds
 
 
 def _send_child(conn: Connection, name: str, **kwargs: object) -> None:
@@ -852,8 +858,8 @@ def _check_sets(w: dict, impl: _Impl, inplace: bool, settle: float, conn: Connec
             if isinstance(a, torch.Tensor) and not _same_bits(a, b):
                 raise CandidateError("rejected", f"the candidate modified input {k}")
         _send_child(conn, "outputs", workload=w["name"], set=i, outputs=[s.to("cpu") for s in snap])
-        reply = conn.recv()
-        if reply[0] != "ok":
+        reply, _ = conn.recv()
+        if reply != "ok":
             return False
     return True
 
@@ -1003,15 +1009,14 @@ class _Server:
         # caches then varies from process to process instead of favouring one side for a whole run
         shift = torch.empty(64 * (1 + int.from_bytes(os.urandom(2), "little") % 1024), dtype=torch.uint8)
         while True:
-            msg = conn.recv()
-            name = msg[0]
+            name, kw = conn.recv()
             if name == "map":
-                self._map(msg[1], bool(msg[2]))
+                self._map(kw["layout"], bool(kw["direct"]))
                 _send_child(conn, "mapped")
             elif name == "stage" and self.stager is not None:
-                _send_child(conn, "staged", fresh=self.stager.run(msg[1], msg[2], int(msg[3])))
+                _send_child(conn, "staged", fresh=self.stager.run(kw["workload"], kw["plan"], int(kw["first"])))
             elif name == "round":
-                self._round(int(msg[1]), int(msg[2]))
+                self._round(int(kw["n"]), int(kw["rid"]))
             elif name == "flush":
                 _flush_l2(self.device)
                 _send_child(conn, "flushed")
@@ -1105,7 +1110,7 @@ class _Stager:
                     msg = conn.recv()
                     if msg is None:
                         break
-                    conn.send(bool(stage(region, *msg)))
+                    conn.send(bool(stage(region, **msg)))
             except EOFError:
                 pass
             os._exit(0)
@@ -1114,7 +1119,7 @@ class _Stager:
         self.conn = Connection(a.detach())
 
     def run(self, workload: str, plan: list, first: int) -> bool:
-        self.conn.send((workload, plan, first))
+        self.conn.send({"workload": workload, "plan": plan, "first": first})
         return self.conn.recv()
 
     def close(self) -> None:
@@ -1304,30 +1309,30 @@ def main(ctl_fd: int, parent: int) -> None:
     except (OSError, AttributeError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    msg, fds = _recv_ctl(ctl)
+    _name, kw, fds = _recv_ctl(ctl)
     ref = None
     try:
         call_path = _load_call_path(fds[0]) if fds else "ctypes: the trusted side sent no compiled call path"
-        ref = Reference(msg[1])
-        _send_ctl(ctl, "ready", {"python": sys.version.split()[0], "torch": torch.__version__, "call_path": call_path})
+        ref = Reference(kw["reference"])
+        _send_ctl(ctl, "ready", python=sys.version.split()[0], torch=torch.__version__, call_path=call_path)
     except BaseException as e:  # noqa: BLE001
-        _send_ctl(ctl, "setup_error", _one_line_exc(e), traceback.format_exc(limit=6)[-3000:])
+        _send_ctl(ctl, "setup_error", message=_one_line_exc(e), detail=traceback.format_exc(limit=6)[-3000:])
         return
     inputs = None
     while True:
-        msg, fds = _recv_ctl(ctl)
-        if msg[0] == "exit":
+        name, kw, fds = _recv_ctl(ctl)
+        if name == "exit":
             return
-        if msg[0] == "inputs":
-            with open(msg[1], "rb") as f:
+        if name == "inputs":
+            with open(kw["path"], "rb") as f:
                 inputs = torch.load(f, weights_only=True)
             # children inherit all of this: frozen, their collections skip it (and its pages stay shared)
             gc.collect()
             gc.freeze()
             _send_ctl(ctl, "ok")
             continue
-        if msg[0] == "fork":
-            job_id, job = msg[1], msg[2]
+        if name == "fork":
+            job_id, job = kw["job_id"], kw["job"]
             chan_fd, out_fd = fds
             workdir = tempfile.mkdtemp(prefix="maxcode-job-")
             me = os.getpid()
@@ -1337,11 +1342,11 @@ def main(ctl_fd: int, parent: int) -> None:
                 _child(job, chan_fd, out_fd, workdir, ref, inputs, me)
             os.close(chan_fd)
             os.close(out_fd)
-            _send_ctl(ctl, "forked", job_id, pid)
+            _send_ctl(ctl, "forked", job_id=job_id, pid=pid)
             _, status = os.waitpid(pid, 0)
             leftovers = _kill_leftovers(pid)
             shutil.rmtree(workdir, ignore_errors=True)
-            _send_ctl(ctl, "exited", job_id, pid, _decode_status(status), leftovers)
+            _send_ctl(ctl, "exited", job_id=job_id, pid=pid, status=_decode_status(status), leftovers=leftovers)
 
 
 if __name__ == "__main__":
