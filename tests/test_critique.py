@@ -251,3 +251,82 @@ def test_different_measured_facts_never_get_the_same_critique() -> None:
     for facts, text in zip(FACT_SETS, texts):
         shares = [f"{100 * facts[k]:.0f}%" for k in ("bw", "flops") if k in facts]
         assert any(share in text for share in shares) or "call path" in text, text  # each states its own numbers
+
+
+# -- the fallbacks: no per-workload time, no byte count ------------------------------------
+
+UNMEASURED = [
+    Verdict("c.cpp", "faster"),
+    Verdict("c.cpp", "faster", speedup=1.5, speedup_ci=[1.4, 1.6]),
+    Verdict("c.cpp", "faster", speedup=1.5, speedup_ci=[1.3, 1.7]),
+    Verdict("c.cpp", "faster", speedup=2.5, speedup_ci=[2.4, 2.6]),
+    Verdict("c.cpp", "not_faster", speedup=0.8, speedup_ci=[0.78, 0.83], candidate_s=41e-6, reference_s=33e-6),
+    Verdict("c.cpp", "not_faster", speedup=0.8, speedup_ci=[0.78, 0.83], candidate_s=50e-6, reference_s=40e-6),
+    Verdict("c.cpp", "not_faster", speedup=1.1, speedup_ci=[0.6, 1.9], diagnostics={"undecided": True}),
+    Verdict("c.cpp", "faster", speedup=1.5, speedup_ci=[1.4, 1.6], candidate_s=12e-6, reference_s=18e-6, diagnostics={"call_overhead_us": 9.0}),
+    Verdict("c.cpp", "faster", speedup=1.5, speedup_ci=[1.4, 1.6], diagnostics={"threads": 8}),
+    Verdict("c.cpp", "faster", speedup=1.5, speedup_ci=[1.4, 1.6], diagnostics={"threads": 4}),
+    Verdict("c.cpp", "faster", speedup=1.5, speedup_ci=[1.4, 1.6], range_limited="passed: captured range; failed: x1e3"),
+    Verdict("c.cpp", "faster", speedup=1.2, speedup_ci=[1.1, 1.3],
+            diagnostics={"workloads": {"w0": {"candidate_instructions": 3e6, "reference_instructions": 4e6}}}),
+    Verdict("c.cpp", "not_faster", speedup=0.8, speedup_ci=[0.7, 0.9],
+            diagnostics={"workloads": {"w0": {"candidate_instructions": 5e6, "reference_instructions": 4e6}}}),
+]
+
+
+def test_without_a_timing_per_workload_the_next_step_names_the_verdicts_own_facts() -> None:
+    critiques = [critique_of(v) for v in UNMEASURED]
+    steps = ["; ".join(c.next_steps) for c in critiques]
+    assert len(set(steps)) == len(steps), [s for s in steps if steps.count(s) > 1]
+    for v, c, step in zip(UNMEASURED, critiques, steps):
+        assert "make it faster: fuse passes, vectorize, parallelize" not in step
+        if v.speedup is not None:
+            assert f"at {v.speedup:.3g}x (95% CI {v.speedup_ci[0]:.3g}x to {v.speedup_ci[1]:.3g}x)" in step, step
+        else:
+            assert "untimed (faster)" in step and c.kind == "correct:untimed"
+        if v.candidate_s is not None:
+            assert f"{v.candidate_s * 1e6:.3g} us a call against the reference's {v.reference_s * 1e6:.3g} us" in step, step
+    by_kind = {c.kind: step for c, step in zip(critiques, steps)}
+    assert "it loses to the reference" in by_kind["correct:slower"]
+    assert "spans a factor of 3.17" in by_kind["correct:undecided"]
+    assert "9 us of it the call path" in by_kind["correct:overhead-bound"] and "75% of a call" in by_kind["correct:overhead-bound"]
+    assert "on 1 of 8 threads: split the outer loop across the 8 threads" in steps[8]
+    assert steps[10].startswith("first make it correct beyond the captured range (passed: captured range; failed: x1e3)")
+    assert "5e+06 instructions a call on w0 against the reference's 4e+06" in by_kind["correct:instructions"]
+
+
+def no_bytes(time_s: float, **kw: object) -> Verdict:
+    """A timed verdict with no byte count: no passes over the data to weigh the time by."""
+    return measured_verdict(time_s, bytes_per_call=0, **kw)  # type: ignore[arg-type]
+
+
+THREADED_CODE = "#pragma omp parallel for\nfor (i...) out[i] = a[i] + b[i];"
+NO_BYTES = [
+    (no_bytes(1e-3, reference_s=1.5e-3), ""),
+    (no_bytes(1e-3, reference_s=2e-3), ""),
+    (no_bytes(2e-3, reference_s=3e-3), ""),
+    (no_bytes(1e-3, reference_s=0.9e-3), ""),
+    (no_bytes(1e-3, reference_s=1.5e-3, threads=8), THREADED_CODE),
+    (no_bytes(1e-3, reference_s=1.5e-3, threads=4), THREADED_CODE),
+    (no_bytes(1e-3, reference_s=1.5e-3, threads=1), ""),
+    (no_bytes(1e-3, reference_s=1.5e-3, overhead_us=5.0), ""),
+]
+
+
+def test_without_a_byte_count_the_next_step_names_the_times_threads_and_interval() -> None:
+    critiques = [critique_of(v, code) for v, code in NO_BYTES]
+    steps = ["; ".join(c.next_steps) for c in critiques]
+    assert len(set(steps)) == len(steps), [s for s in steps if steps.count(s) > 1]
+    for (v, _), c, step in zip(NO_BYTES, critiques, steps):
+        assert c.kind == "correct:below-roof" and "no byte count" in c.diagnosis
+        assert "vectorize the inner loop, parallelize the outer one" not in step
+        w = v.diagnostics["workloads"]["w0"]
+        assert f"{w['candidate']['median_s'] * 1e3:.3g} ms a call on w0 against the reference's" in step, step
+        assert f"{v.speedup:.3g}x" in step
+    assert "it loses to the reference" in steps[3]
+    assert "on 8 threads" in steps[4] and "on 4 threads" in steps[5] and "on its 1 thread" in steps[6]
+    assert "5 us of it the call path" in steps[7]
+    # the undecided interval is named as such
+    v = no_bytes(1e-3, reference_s=1.1e-3)
+    v.speedup_ci, v.diagnostics["undecided"] = [0.5, 2.4], True
+    assert "(95% CI 0.5x to 2.4x)" in critique_of(v).next_steps[0] and "too noisy" in critique_of(v).next_steps[0]

@@ -5,7 +5,10 @@ passes over the data at the measured copy bandwidth, the headroom ``1 / share`` 
 it is kept in ``facts`` under the name the text uses, so a critique can be checked against its
 evidence. A correct kernel's next step follows from where its time goes, in this order: the
 call path's own cost, the FLOP roof, the memory roof, arithmetic, thread use, passes over the
-data; each sentence carries the numbers that chose it, so different facts read differently.
+data. Where the oracle recorded no per-workload time or no byte count, the step follows from
+what it did record (the speedup and its interval, the times, the call path, threads, instruction
+counts); a failure's step names its compiler line, its reason or its mismatch. Each next step
+states the facts that chose it, so two nodes with different facts never read the same step.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ class RuleCritic:
             return _program(v)
         if v.status == "wrong":
             return _wrong(v.diagnostics.get("mismatch") or {}, v.reasons)
-        return _correct(v.speedup, v.diagnostics, node.code or "")
+        return _correct(v, node.code or "")
 
 
 def _program(v: Verdict) -> Critique:
@@ -192,25 +195,116 @@ def _pct(share: float) -> str:
     return f"{100 * share:.0f}%"
 
 
-def _correct(speedup: float | None, diagnostics: dict[str, Any], code: str = "") -> Critique:
+def _correct(v: Verdict, code: str = "") -> Critique:
     """The next step follows from where the time goes: the call path, the FLOP roof, the
-    memory roof, thread use, or the passes over the data; every sentence carries its numbers."""
+    memory roof, thread use, or the passes over the data; every sentence carries its numbers.
+    A candidate correct only on the captured range is told to fix that first: it is not applied
+    until it holds beyond it."""
+    speedup = v.speedup
     lead = f"Correct, {speedup:.3g}x the reference." if speedup is not None else "Correct."
-    m = measured(diagnostics, code)
-    facts: dict[str, Any] = {"speedup": speedup}
+    m = measured(v.diagnostics, code)
     if m is None or m.time_s is None:
-        return Critique("correct:unmeasured", lead, ["make it faster: fuse passes, vectorize, parallelize"], facts)
-    facts.update({"workload": m.workload, "candidate_s": m.time_s, "reference_s": m.reference_s, "bandwidth_fraction": m.bw,
-                  "flops_fraction": m.flops, "call_overhead_s": m.overhead_s, "threads": m.threads,
-                  "bytes_per_call": m.bytes_per_call, "copy_s": m.copy_s(), "passes": m.passes(m.time_s),
-                  "reference_passes": m.passes(m.reference_s)})
-    facts = {k: v for k, v in facts.items() if v is not None}
-    for rule in (_overhead, _flop_roof, _memory_roof, _compute_below_roof, _one_thread):
-        found = rule(m, lead)
-        if found is not None:
-            found.facts = {**facts, **found.facts}
-            return found
-    return _below_roof(m, lead, facts)
+        found = _unmeasured(v, lead, code)
+    else:
+        facts: dict[str, Any] = {"speedup": speedup, "speedup_ci": v.speedup_ci}
+        facts.update({"workload": m.workload, "candidate_s": m.time_s, "reference_s": m.reference_s, "bandwidth_fraction": m.bw,
+                      "flops_fraction": m.flops, "call_overhead_s": m.overhead_s, "threads": m.threads,
+                      "bytes_per_call": m.bytes_per_call, "copy_s": m.copy_s(), "passes": m.passes(m.time_s),
+                      "reference_passes": m.passes(m.reference_s)})
+        facts = {k: x for k, x in facts.items() if x is not None}
+        for rule in (_overhead, _flop_roof, _memory_roof, _compute_below_roof, _one_thread):
+            ruled = rule(m, lead)
+            if ruled is not None:
+                ruled.facts = {**facts, **ruled.facts}
+                found = ruled
+                break
+        else:
+            found = _below_roof(m, lead, facts, v)
+    if v.range_limited:
+        found.facts["range_limited"] = v.range_limited
+        found.next_steps.insert(0, f"first make it correct beyond the captured range ({v.range_limited}): "
+                                   "until then it is not applied")
+    return found
+
+
+def _interval(ci: list[float] | None) -> str:
+    if not ci or len(ci) != 2 or not all(isinstance(x, (int, float)) for x in ci):
+        return ""
+    return f" (95% CI {ci[0]:.3g}x to {ci[1]:.3g}x)"
+
+
+def _width(ci: list[float] | None) -> float | None:
+    """How many times its low end the interval's high end is: how far the timing can be trusted."""
+    if not _interval(ci) or not ci or ci[0] <= 0:
+        return None
+    return ci[1] / ci[0]
+
+
+def _threads_said(threads: int | None, threaded: bool) -> str | None:
+    if not threads:
+        return None
+    if threaded:
+        return f"on {threads} thread{'s' if threads > 1 else ''}"
+    return f"on 1 of {threads} threads" if threads > 1 else "on its 1 thread"
+
+
+def _instructions(diagnostics: dict[str, Any]) -> tuple[str, float, float] | None:
+    """The workload whose instruction count (the instructions timer's measure) is furthest
+    above the reference's: (name, candidate, reference)."""
+    counted = [(name, d["candidate_instructions"], d["reference_instructions"])
+               for name, d in (diagnostics.get("workloads") or {}).items()
+               if isinstance(d.get("candidate_instructions"), (int, float)) and d.get("reference_instructions")]
+    return max(counted, key=lambda x: x[1] / x[2]) if counted else None
+
+
+def _unmeasured(v: Verdict, lead: str, code: str) -> Critique:
+    """No per-workload time: the step follows from what the verdict does carry (the speedup and
+    its interval, the times, the call path, threads, instruction counts), and names it."""
+    d = v.diagnostics
+    threads = d.get("threads") if isinstance(d.get("threads"), int) else None
+    threaded = bool(THREADED.search(code))
+    overhead = d.get("call_overhead_us")
+    overhead_s = overhead * 1e-6 if isinstance(overhead, (int, float)) else None
+    counted = _instructions(d)
+    width = _width(v.speedup_ci)
+    said = [f"at {v.speedup:.3g}x{_interval(v.speedup_ci)}" if v.speedup is not None else f"untimed ({v.status})"]
+    if v.candidate_s is not None:
+        said.append(f"{_us(v.candidate_s)} a call" + (f" against the reference's {_us(v.reference_s)}" if v.reference_s else ""))
+    if overhead_s is not None:
+        said.append(f"{_us(overhead_s)} of it the call path")
+    if _threads_said(threads, threaded):
+        said.append(str(_threads_said(threads, threaded)))
+    if counted is not None:
+        said.append(f"{counted[1]:.4g} instructions a call on {counted[0]} against the reference's {counted[2]:.4g}")
+    where = ", ".join(said)
+    facts = {"speedup": v.speedup, "speedup_ci": v.speedup_ci, "candidate_s": v.candidate_s, "reference_s": v.reference_s,
+             "call_overhead_s": overhead_s, "threads": threads, "interval_width": width,
+             "candidate_instructions": counted[1] if counted else None, "reference_instructions": counted[2] if counted else None}
+    facts = {k: x for k, x in facts.items() if x is not None}
+    if v.speedup is None:
+        kind, step = "correct:untimed", (f"{where}{': ' + _first(v.reasons, 120) if v.reasons else ''}: with no timing to "
+                                         "steer by, make the change that pays on any machine: one pass over the data, "
+                                         "a vector inner loop" + ("" if threaded else ", the outer loop across threads"))
+    elif d.get("undecided"):
+        kind, step = "correct:undecided", (f"{where}: the interval{f' spans a factor of {width:.3g} and' if width else ''} cannot "
+                                           "tell it from the reference; aim for a change that wins by more than that spread "
+                                           "(fewer passes, more threads), not a small tweak")
+    elif overhead_s is not None and v.candidate_s and overhead_s >= OVERHEAD_SHARE * v.candidate_s:
+        kind, step = "correct:overhead-bound", (f"{where}: the call path is {_pct(overhead_s / v.candidate_s)} of a call, which "
+                                                "no kernel change wins back; keep per-call set-up out of the kernel, or stop")
+    elif threads and threads > 1 and not threaded:
+        kind, step = "correct:one-thread", f"{where}: split the outer loop across the {threads} threads, a contiguous chunk each"
+    elif counted is not None and counted[1] > counted[2]:
+        kind, step = "correct:instructions", (f"{where}: cut instructions per element (vector loads and arithmetic, "
+                                              "invariants hoisted, no division or call per element)")
+    elif v.speedup < 1:
+        kind, step = "correct:slower", (f"{where}: it loses to the reference; find the extra pass or scalar loop the "
+                                        "reference avoids, fuse the steps into one pass and vectorize its inner loop")
+    else:
+        kind, step = "correct:unmeasured", (f"{where}, with no byte count so no roof to measure against: fuse any passes "
+                                            "left into one and vectorize its contiguous inner loop, then compare again")
+    recorded = "Only instruction counts were recorded" if counted else "No per-workload time was recorded"
+    return Critique(kind, f"{lead} {recorded}, and no byte count, so no roof applies.", [step], facts)
 
 
 def _overhead(m: Measured, lead: str) -> Critique | None:
@@ -269,15 +363,15 @@ def _one_thread(m: Measured, lead: str) -> Critique | None:
                      "keeping each thread's chunk contiguous")])
 
 
-def _below_roof(m: Measured, lead: str, facts: dict[str, Any]) -> Critique:
+def _below_roof(m: Measured, lead: str, facts: dict[str, Any], v: Verdict) -> Critique:
     """Below both roofs: the time in passes over the data says whether the work is spread over
-    several passes (or a scalar loop) or is one pass that the inner loop's code slows."""
+    several passes (or a scalar loop) or is one pass that the inner loop's code slows. Without a
+    byte count (or a copy bandwidth) there are no passes: the step follows from the times, the
+    share of the bandwidth if known, the interval and the threads."""
     share = f"{_pct(m.bw)} of the measured memory bandwidth" if m.bw is not None else "an unmeasured share of the bandwidth"
     mine, ref = m.passes(m.time_s), m.passes(m.reference_s)
     if mine is None:
-        return Critique("correct:below-roof", f"{lead} On {m.workload} a call takes {_us(m.time_s or 0.0)}, moving data at {share}: "
-                        "below the memory roof, so the code itself limits it.",
-                        ["vectorize the inner loop, parallelize the outer one, and avoid extra passes or divisions"], facts)
+        return _no_bytes(m, lead, facts, v, share)
     theirs = f" (the reference: {ref:.3g})" if ref is not None else ""
     diagnosis = (f"{lead} On {m.workload} a call takes {_us(m.time_s or 0.0)}, moving data at {share}: the time of {mine:.3g} "
                  f"passes over its {m.bytes_per_call} bytes at the copy bandwidth{theirs}, where one pass takes {_us(m.copy_s() or 0.0)}.")
@@ -287,4 +381,32 @@ def _below_roof(m: Measured, lead: str, facts: dict[str, Any]) -> Critique:
     else:
         step = ("it is close to one pass: vectorize the inner loop over the contiguous dimension (aligned loads, no division "
                 "or branch per element) and give each thread a contiguous chunk")
+    return Critique("correct:below-roof", diagnosis, [step], facts)
+
+
+def _no_bytes(m: Measured, lead: str, facts: dict[str, Any], v: Verdict, share: str) -> Critique:
+    t = m.time_s or 0.0
+    said = [f"{_us(t)} a call on {m.workload}" + (f" against the reference's {_us(m.reference_s)}" if m.reference_s else "")]
+    if v.speedup is not None:
+        said.append(f"{v.speedup:.3g}x{_interval(v.speedup_ci)}")
+    if m.bw is not None:
+        said.append(f"{_pct(m.bw)} of the bandwidth (up to {1 / m.bw:.2g}x left)" if m.bw > 0 else "none of the bandwidth")
+    if m.flops is not None:
+        said.append(f"{_pct(m.flops)} of the FLOP roof")
+    if m.overhead_s is not None:
+        said.append(f"{_us(m.overhead_s)} of it the call path")
+    if _threads_said(m.threads, m.threaded):
+        said.append(str(_threads_said(m.threads, m.threaded)))
+    where = ", ".join(said)
+    if v.diagnostics.get("undecided"):
+        step = f"{where}: too noisy to rank; aim for a change that wins by more than the interval's spread, not a small tweak"
+    elif m.reference_s and t > m.reference_s:
+        step = (f"{where}: it loses to the reference; find the extra pass or scalar loop the reference avoids, fuse the "
+                "steps into one pass and vectorize its inner loop")
+    elif m.threaded or (m.threads or 1) < 2:
+        step = f"{where}: vectorize the contiguous inner loop (aligned loads, no division or branch per element)"
+    else:
+        step = f"{where}: vectorize the contiguous inner loop and give each thread a contiguous chunk"
+    diagnosis = (f"{lead} On {m.workload} a call takes {_us(t)}, moving data at {share}; no byte count, so no passes "
+                 "over the data to weigh it by.")
     return Critique("correct:below-roof", diagnosis, [step], facts)
