@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from .bot.memory import status_lines
 from .bot.pr import DEFAULT_AUTHOR, DEFAULT_MAX_WAIT, Bot
 from .bot.pr import DEFAULT_REPLACE_MARGIN as REPLACE_MARGIN
 from .errors import MaxcodeError
-from .report import fmt_time, remeasure_text, validate
+from .report import fmt_time, remeasure_command, remeasure_text, validate
 from .report.tree import best_node, render_tree
 from .sandbox.env import hide_own_environment
 from .tables import Regressions, parse_regressions
@@ -390,12 +391,16 @@ def cmd_status(ns: argparse.Namespace) -> int:
     root = lock.parent
     # the decorator's own test (targets/decorator.py _register): under it, every target runs its reference
     disabled = os.environ.get("MAXCODE_DISABLE", "") not in ("", "0")
+    measured = _measured_here(root)
     rows = []
     for target, entry in sorted(entries.items()):
         ref_file, qualname = entry.extra.get("reference_file"), entry.extra.get("qualname")
         current = reference_hash_in_file(root / ref_file, qualname) if ref_file and qualname else None
         state, why = entry_state(entry, root, current)
-        row = {"target": target, "state": state, "reason": why, "kernel": entry.kernel, "speedup": entry.speedup}
+        row = {"target": target, "state": state, "reason": why, "kernel": entry.kernel, "speedup": entry.speedup,
+               "speedup_ci": entry.speedup_ci, "remeasure": None}
+        if measured.get(target) == entry.kernel_hash and state == "active":
+            row["remeasure"] = {"command": remeasure_command(target), "expect": list(entry.speedup_ci)}
         if disabled:
             row.update(state="disabled", reason=f"MAXCODE_DISABLE is set: the reference runs (else {state}: {why})", lock_state=state)
         rows.append(row)
@@ -419,9 +424,49 @@ def cmd_status(ns: argparse.Namespace) -> int:
             table.add_row(Text(r["target"]), Text(r["state"], style=style[r["state"]]), Text(r["kernel"]),
                           f"{r['speedup']:.3g}x", Text(r["reason"]))
         Console().print(table)
+        for line in _remeasure_lines(rows):
+            print(line)
     for line in held_back:
         print(line, file=aside)
     return 1 if any(r.get("lock_state", r["state"]) in ("stale", "missing") for r in rows) else 0
+
+
+def _measured_here(root: Path) -> dict[str, str]:
+    """Target id -> sha256 of the kernel this project's last report quotes, for targets whose
+    captured inputs are still here: where that kernel is the lock's, ``maxcode remeasure`` re-times
+    the lock's speedup. Empty without a readable report (a fresh clone: the lock travels, the
+    inputs do not)."""
+    try:
+        report = json.loads((root / ".maxcode" / "reports" / "report.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    found = {}
+    for t in report.get("targets") or [] if isinstance(report, dict) else []:
+        best = t.get("best") if isinstance(t, dict) else None
+        if not isinstance(best, dict) or not isinstance(best.get("source_path"), str) or not t.get("speedup_ci"):
+            continue
+        if not any((root / ".maxcode" / "inputs" / str(t.get("id"))).glob("*.pt")):
+            continue
+        try:
+            found[str(t["id"])] = hashlib.sha256((root / best["source_path"]).read_bytes()).hexdigest()
+        except OSError:
+            continue
+    return found
+
+
+def _remeasure_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Under the status table: each active speedup's re-measure command and where its repeats
+    should land, one line each way (the table keeps 80 columns), or why there is none here."""
+    out = []
+    for r in rows:
+        said = remeasure_text(r)
+        if said is not None:
+            out += [f"re-measure {r['target']}: {said[0]}", f"  ({said[1]})"]
+    missing = [r for r in rows if r["remeasure"] is None and r["state"] == "active"]
+    if missing:
+        out += [f"{len(missing)} active target(s) cannot be re-measured here:",
+                "  run pytest --maxcode first (it captures their inputs)"]
+    return out
 
 
 def _find_store(given: str | None) -> Path:

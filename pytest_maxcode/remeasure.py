@@ -20,16 +20,9 @@ from .oracle.check import CandidateSpec, CheckConfig
 from .oracle.reference import ReferenceSpec
 from .oracle.repeat import Repeats, repeat
 
-#: repeats a quoted speedup is re-measured with, in the command the report prints
-DEFAULT_REPEATS = 5
 #: the share of repeats that must land inside the quoted interval for the claim to hold
 #: (a 95% prediction interval misses now and then; a claim that misses often does not reproduce)
 HOLDS_SHARE = 0.8
-
-
-def command(target_id: str, repeats: int = DEFAULT_REPEATS) -> str:
-    """The command, run from the project's root, that re-measures a target's quoted speedup."""
-    return f"maxcode remeasure {shlex.quote(target_id)} --repeat {repeats}"
 
 
 def holds(r: Repeats) -> bool:

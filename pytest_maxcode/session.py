@@ -44,8 +44,7 @@ from .native.build import cuda_arch
 from .options import Settings, accepts_range_limited
 from .oracle.probe import machine_fingerprint
 from .oracle.program import rerun_test_cases
-from .remeasure import command
-from .report import validate, write_reports
+from .report import remeasure_command, validate, write_reports
 from .report.tree import best_so_far_curve, curves_by_strategy
 from .search.budget import Meter
 from .search.loop import (
@@ -576,7 +575,7 @@ def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
         entry.pack = packs.pop() if len(packs) == 1 else "other"
     entry.measurement = _measurement(v)
     if v.speedup is not None and v.speedup_ci:
-        entry.remeasure = Remeasure(command(entry.id), list(v.speedup_ci))
+        entry.remeasure = Remeasure(remeasure_command(entry.id), list(v.speedup_ci))
     if v.status == "faster":
         entry.status, entry.reason = TargetStatus.FASTER, v.reasons[0] if v.reasons else ""
     else:

@@ -351,6 +351,31 @@ def test_status_says_disabled_under_maxcode_disable(tmp_path: Path) -> None:
     assert table.returncode == 0 and " disabled " in table.stdout and "active" not in table.stdout.replace("else active", "")
 
 
+def test_status_quotes_the_command_that_re_measures_each_active_speedup(tmp_path: Path) -> None:
+    _locked_project(tmp_path)
+    r = _cli(["status"], tmp_path)  # a fresh clone: the lock came along, the captured inputs did not
+    assert r.returncode == 0 and r.stdout.splitlines()[-2:] == [
+        "1 active target(s) cannot be re-measured here:", "  run pytest --maxcode first (it captures their inputs)"], r.stdout
+    inputs = tmp_path / ".maxcode" / "inputs" / "mylib.double"
+    inputs.mkdir(parents=True)
+    (inputs / "w0.pt").write_bytes(b"captured")
+    candidate = tmp_path / ".maxcode" / "candidates" / "mylib.double" / "k.cpp"
+    candidate.parent.mkdir(parents=True)
+    candidate.write_text("// a kernel\n")  # the lock's kernel, as the last run's report quotes it
+    report = {"targets": [{"id": "mylib.double", "speedup": 3.5, "speedup_ci": [3.1, 3.9],
+                           "best": {"source_path": ".maxcode/candidates/mylib.double/k.cpp"}}]}
+    (tmp_path / ".maxcode" / "reports").mkdir()
+    (tmp_path / ".maxcode" / "reports" / "report.json").write_text(json.dumps(report))
+    r = _cli(["status"], tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines()[-2:] == [
+        "re-measure mylib.double: maxcode remeasure mylib.double --repeat 5", "  (each repeat should land in [3.10, 3.90])"]
+    (row,) = json.loads(_cli(["status", "--json"], tmp_path).stdout)
+    assert row["remeasure"] == {"command": "maxcode remeasure mylib.double --repeat 5", "expect": [3.1, 3.9]}
+    candidate.write_text("// another kernel\n")  # the report quotes a kernel the lock did not accept
+    (row,) = json.loads(_cli(["status", "--json"], tmp_path).stdout)
+    assert row["remeasure"] is None
+
+
 def test_status_table_fits_80_columns_without_breaking_words(tmp_path: Path) -> None:
     _locked_project(tmp_path, "mylib.shift")
     (tmp_path / "maxcode_kernels" / "mylib.shift.cpp").write_text("// edited after it was verified\n")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .._files import write_atomic
 from ..model.report import SearchSummary, row_of
 from ._format import (
+    REMEASURE_REPEATS,
     SUMMARY_COLUMNS,
     finite,
     fmt_cost,
@@ -27,6 +28,7 @@ from ._format import (
     measurement_lines,
     noise_text,
     options_line,
+    remeasure_command,
     remeasure_text,
     sandbox_weak,
     search_brief,
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
+    "REMEASURE_REPEATS",
     "SCHEMA_PATH",
     "SCHEMA_VERSION",
     "SUMMARY_COLUMNS",
@@ -50,6 +53,7 @@ __all__ = [
     "md_escape",
     "measurement_lines",
     "noise_text",
+    "remeasure_command",
     "remeasure_text",
     "render_html",
     "render_markdown",

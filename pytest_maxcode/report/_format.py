@@ -7,6 +7,7 @@ Every function tolerates missing or null fields: a report from an interrupted ru
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -299,6 +300,15 @@ def range_line(t: Mapping[str, Any]) -> str:
     else:
         held = "not applied, no pull request; set accept_range_limited to accept it"
     return f"range-limited: {t.get('id', '?')}: {limited} ({held})"
+
+
+#: repeats a quoted speedup is re-measured with, in the command every output prints
+REMEASURE_REPEATS = 5
+
+
+def remeasure_command(target_id: str, repeats: int = REMEASURE_REPEATS) -> str:
+    """The command, run from the project's root, that re-measures a target's quoted speedup."""
+    return f"maxcode remeasure {shlex.quote(target_id)} --repeat {repeats}"
 
 
 def remeasure_text(t: Mapping[str, Any]) -> tuple[str, str] | None:
