@@ -399,7 +399,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
         state, why = entry_state(entry, root, current)
         row = {"target": target, "state": state, "reason": why, "kernel": entry.kernel, "speedup": entry.speedup,
                "speedup_ci": entry.speedup_ci, "remeasure": None}
-        if measured.get(target) == entry.kernel_hash and state == "active":
+        if measured.get(target, ("",))[0] == entry.kernel_hash and state == "active":
             row["remeasure"] = {"command": remeasure_command(target), "expect": list(entry.speedup_ci)}
         if disabled:
             row.update(state="disabled", reason=f"MAXCODE_DISABLE is set: the reference runs (else {state}: {why})", lock_state=state)
@@ -431,11 +431,10 @@ def cmd_status(ns: argparse.Namespace) -> int:
     return 1 if any(r.get("lock_state", r["state"]) in ("stale", "missing") for r in rows) else 0
 
 
-def _measured_here(root: Path) -> dict[str, str]:
-    """Target id -> sha256 of the kernel this project's last report quotes, for targets whose
-    captured inputs are still here: where that kernel is the lock's, ``maxcode remeasure`` re-times
-    the lock's speedup. Empty without a readable report (a fresh clone: the lock travels, the
-    inputs do not)."""
+def _measured_here(root: Path) -> dict[str, tuple[str, list[float]]]:
+    """Target id -> sha256 of the kernel this project's last report quotes and its interval, for
+    targets whose captured inputs are still here: ``maxcode remeasure`` re-times exactly that
+    kernel. Empty without a readable report (a fresh clone: the lock travels, the inputs do not)."""
     try:
         report = json.loads((root / ".maxcode" / "reports" / "report.json").read_text())
     except (OSError, ValueError):
@@ -448,7 +447,7 @@ def _measured_here(root: Path) -> dict[str, str]:
         if not any((root / ".maxcode" / "inputs" / str(t.get("id"))).glob("*.pt")):
             continue
         try:
-            found[str(t["id"])] = hashlib.sha256((root / best["source_path"]).read_bytes()).hexdigest()
+            found[str(t["id"])] = (hashlib.sha256((root / best["source_path"]).read_bytes()).hexdigest(), list(t["speedup_ci"]))
         except OSError:
             continue
     return found
@@ -704,7 +703,22 @@ def cmd_show(ns: argparse.Namespace) -> int:
             f"{len(nodes)} node(s){ended}, best {best}, cost ${totals['cost_usd']:.4f}, {int(totals['tokens'])} tokens, "
             f"{int(totals['calls'])} LLM call(s) ({int(totals['api_calls'])} to the API)"
         ))
+        for line in _remeasure_best(store, path, target, top):
+            console.print(Text(line))
     return 0
+
+
+def _remeasure_best(store: Any, path: Path, target: str, top: dict[str, Any] | None) -> list[str]:
+    """The re-measure command for the best node and where its repeats should land (two lines:
+    80 columns), where the project's last report quotes that same kernel and its inputs are here."""
+    if top is None or not top["candidate_hash"] or path.parent.name != ".maxcode":
+        return []
+    quoted = _measured_here(path.parent.parent).get(target)
+    cand = store.candidate(top["candidate_hash"])
+    if quoted is None or cand is None or hashlib.sha256(cand["source"].encode()).hexdigest() != quoted[0]:
+        return []
+    said = remeasure_text({"remeasure": {"command": remeasure_command(target), "expect": quoted[1]}})
+    return [f"re-measure #{top['id']}: {said[0]}", f"  ({said[1]})"] if said else []
 
 
 def _check_settings(ns: argparse.Namespace, candidate_paths: Sequence[str]) -> options.Settings:

@@ -376,6 +376,29 @@ def test_status_quotes_the_command_that_re_measures_each_active_speedup(tmp_path
     assert row["remeasure"] is None
 
 
+def test_show_quotes_the_command_that_re_measures_the_best_node(tmp_path: Path) -> None:
+    code = "// the best kernel\n"
+    with Store(default_path(tmp_path)) as store:
+        run = store.begin_run("pytest --maxcode", "0")
+        for h, source, speedup in (("a" * 64, code, 2.5), ("b" * 64, "// slower\n", 1.5)):
+            store.add_candidate(h, "native", "cpp", source, "seed")
+            store.add_node(NodeRow(run_id=run, target_id="mylib.double", parent_id=None, strategy="sweep", policy="builtin",
+                                   step=0, depth=0, origin="seed", candidate_hash=h, status="faster", reward=speedup,
+                                   speedup=speedup, candidate_s=1e-3, reasons=[], llm_call_id=None))
+        store.finish_run(run)
+    r = _cli(["show", "mylib.double"], tmp_path)
+    assert r.returncode == 0 and "re-measure" not in r.stdout, r.stdout  # no report, no inputs: nothing to promise
+    (tmp_path / ".maxcode" / "inputs" / "mylib.double").mkdir(parents=True)
+    (tmp_path / ".maxcode" / "inputs" / "mylib.double" / "w0.pt").write_bytes(b"captured")
+    (tmp_path / ".maxcode" / "k.cpp").write_text(code)
+    report = {"targets": [{"id": "mylib.double", "speedup": 2.4, "speedup_ci": [2.2, 2.6], "best": {"source_path": ".maxcode/k.cpp"}}]}
+    (tmp_path / ".maxcode" / "reports").mkdir()
+    (tmp_path / ".maxcode" / "reports" / "report.json").write_text(json.dumps(report))
+    r = _cli(["show", "mylib.double"], tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines()[-2:] == [
+        "re-measure #1: maxcode remeasure mylib.double --repeat 5", "  (each repeat should land in [2.20, 2.60])"], r.stdout
+
+
 def test_status_table_fits_80_columns_without_breaking_words(tmp_path: Path) -> None:
     _locked_project(tmp_path, "mylib.shift")
     (tmp_path / "maxcode_kernels" / "mylib.shift.cpp").write_text("// edited after it was verified\n")
