@@ -330,3 +330,71 @@ def test_without_a_byte_count_the_next_step_names_the_times_threads_and_interval
     v = no_bytes(1e-3, reference_s=1.1e-3)
     v.speedup_ci, v.diagnostics["undecided"] = [0.5, 2.4], True
     assert "(95% CI 0.5x to 2.4x)" in critique_of(v).next_steps[0] and "too noisy" in critique_of(v).next_steps[0]
+
+
+# -- failures: the step names the compiler line, the reason or the mismatch ----------------
+
+FAILURES = [
+    Verdict("c.cpp", "compile_error", reasons=["c.cpp: In function 'int maxcode_run()':\nc.cpp:3:5: error: 'foo' was not declared in this scope"]),
+    Verdict("c.cpp", "compile_error", reasons=["c.cpp:7:2: error: 'bar' was not declared in this scope"]),
+    Verdict("c.cpp", "compile_error", reasons=["c.cpp:9:12: error: expected ';' before '}' token"]),
+    Verdict("c.cpp", "compile_error", reasons=["c.cpp:4:1: error: expected ';' before 'return'"]),
+    Verdict("c.cu", "compile_error", reasons=['c.cu(3): error: identifier "foo" is undefined']),
+    Verdict("c.cpp", "compile_error", reasons=["/usr/bin/ld: in function `maxcode_run':\nc.cpp:(.text+0x1): undefined reference to `helper(float)'"]),
+    Verdict("c.cpp", "timeout", reasons=["did not finish within 10 s (during a timed call (w0))"]),
+    Verdict("c.cpp", "timeout", reasons=["did not finish within 30 s (during load)"]),
+    Verdict("c.cpp", "crash", reasons=["the worker died during call: SIGSEGV"]),
+    Verdict("c.cpp", "crash", reasons=["the worker died during load: SIGBUS"]),
+    Verdict("c.cpp", "runtime_error", reasons=["maxcode_run returned 3"]),
+    Verdict("c.cpp", "runtime_error", reasons=["maxcode_run returned -1"]),
+    Verdict("c.cpp", "runtime_error", reasons=["RuntimeError: shape mismatch"]),
+    Verdict("c.cpp", "rejected", reasons=["wrote to an input"]),
+    Verdict("c.cpp", "rejected", reasons=["started a thread that outlived the call"]),
+    Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 0.5, "first_bad_index": [32, 0], "got": 0.0, "expected": 1.25}}),
+    Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 0.25, "first_bad_index": [48, 0], "got": 0.0, "expected": 1.25}}),
+    Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 1.0, "first_bad_index": [0, 3], "got": 1.5, "expected": 0.5}}),
+    Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 1.0, "first_bad_index": [0, 3], "got": 2.5, "expected": 0.5}}),
+    Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 1.0, "first_bad_index": [0, 0], "got": "nan", "expected": 1.0, "n_nan": 4096}}),
+    Verdict("c.cpp", "wrong", reasons=["outputs differ in a timed repeat"], diagnostics={"mismatch": {"timed": True}}),
+    Verdict("c.cpp", "wrong", reasons=["got 3 outputs, expected 2"]),
+    Verdict("c.cpp", "wrong", reasons=["output 1 has shape (4, 8), expected (8, 4)"]),
+]
+
+
+def test_failures_with_different_facts_get_different_steps_that_name_them() -> None:
+    steps = ["; ".join(critique_of(v).next_steps) for v in FAILURES]
+    assert len(set(steps)) == len(steps), [s for s in steps if steps.count(s) > 1]
+    assert steps[0].startswith("'foo' was not declared in this scope at c.cpp:3:5: declare or include")
+    assert steps[2].startswith("expected ';' before '}' token at c.cpp:9:12: fix the syntax")
+    assert steps[4].startswith('identifier "foo" is undefined at c.cu(3):')
+    assert "undefined reference to `helper(float)'" in steps[5]
+    assert steps[6].startswith("did not finish within 10 s (during a timed call (w0)): look for a loop")
+    assert "SIGSEGV" in steps[8] and "SIGBUS" in steps[9]
+    assert steps[10].startswith("it returned 3:") and steps[11].startswith("it returned -1:")
+    assert "shape mismatch" in steps[12] and "wrote to an input" in steps[13]
+    assert steps[15].startswith("50% wrong; first at [32, 0]; got 0.0, expected 1.25: check the tail")
+    assert steps[16].startswith("25% wrong; first at [48, 0]")
+    assert "got 1.5, expected 0.5" in steps[17] and "got 2.5, expected 0.5" in steps[18]
+    assert "4096 NaN" in steps[19] and "in a timed repeat" in steps[20]
+    assert steps[21].startswith("got 3 outputs, expected 2:")
+
+
+def test_a_reply_without_code_is_told_what_was_missing() -> None:
+    steps = [RuleCritic().critique(SearchState("t").add(Proposal(None, "test", error=e), Verdict("", "format"), 0)).next_steps[0]
+             for e in ("the reply has no fenced code block", "the code does not define maxcode_run")]
+    assert steps[0].startswith("the reply has no fenced code block:") and steps[1].startswith("the code does not define maxcode_run:")
+
+
+def test_a_programs_steps_name_its_test_case_and_its_speedup() -> None:
+    def program(status: str, **kw: object) -> Verdict:
+        v = Verdict("p.cpp", status, **kw)  # type: ignore[arg-type]
+        v.format = "program"
+        return v
+
+    wrong = [program("wrong", diagnostics={"mismatch": {"test_case": case, "difference": diff}})
+             for case, diff in (("input.1.txt", "line 3: got 5, expected 6"), ("input.2.txt", "line 30000: got -2, expected 4"))]
+    fast = [program("faster", speedup=sp, speedup_ci=ci) for sp, ci in ((1.4, [1.3, 1.5]), (2.0, [1.9, 2.1]))]
+    steps = [critique_of(v).next_steps[0] for v in wrong + fast]
+    assert len(set(steps)) == 4
+    assert steps[0].startswith("trace the program on input.1.txt (line 3: got 5, expected 6)")
+    assert steps[3].startswith("at 2x (95% CI 1.9x to 2.1x): cut I/O cost first")

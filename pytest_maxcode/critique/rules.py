@@ -63,15 +63,17 @@ class RuleCritic:
     def critique(self, node: Node) -> Critique:
         v = node.verdict
         if v.status == "format":
-            return Critique("format:no-code", f"The reply had no usable code ({node.proposal.error or 'no code block'}).",
-                            ["reply with one fenced block holding the whole file, defining the entry point"])
+            error = node.proposal.error or "no code block"
+            return Critique("format:no-code", f"The reply had no usable code ({error}).",
+                            [f"{error}: reply with one fenced block holding the whole file, defining the entry point"])
         if v.status == "compile_error":
             return _compile(v.reasons)
         if v.status in ("runtime_error", "crash", "timeout"):
             return _runtime(v.status, v.reasons)
         if v.status == "rejected":
             return Critique("rejected:harness", f"The harness rejected it: {_first(v.reasons)}.",
-                            ["compute every output inside the call from the inputs alone, leave inputs, timers and threads alone"])
+                            [f"{_first(v.reasons, 160) or 'rejected'}: compute every output inside the call from the inputs "
+                             "alone, leave inputs, timers and threads alone"])
         if v.format == "program":
             return _program(v)
         if v.status == "wrong":
@@ -83,13 +85,17 @@ def _program(v: Verdict) -> Critique:
     """A whole program judged on test cases: its output differs on one, or it is correct and timed."""
     if v.status == "wrong":
         m = v.diagnostics.get("mismatch") or {}
-        return Critique("wrong:program-output", f"The output differs on test case {m.get('test_case', '?')}: {m.get('difference') or _first(v.reasons)}.",
-                        ["trace the program on that input: integer overflow, edge cases (empty, one element), and the exact output format"],
+        difference = m.get("difference") or _first(v.reasons)
+        return Critique("wrong:program-output", f"The output differs on test case {m.get('test_case', '?')}: {difference}.",
+                        [f"trace the program on {m.get('test_case', 'that input')} ({str(difference)[:120]}): integer overflow, "
+                         "edge cases (empty, one element), and the exact output format"],
                         {"test_case": m.get("test_case")})
     lead = f"Correct, {v.speedup:.3g}x the original program." if v.speedup is not None else "Correct."
+    at = f"at {v.speedup:.3g}x{_interval(v.speedup_ci)}" if v.speedup is not None else f"untimed ({v.status})"
     return Critique("correct:program", lead,
-                    ["cut I/O cost first (unsynchronised streams, no per-line flush, one buffered read and write), then the algorithm's complexity"],
-                    {"speedup": v.speedup})
+                    [f"{at}: cut I/O cost first (unsynchronised streams, no per-line flush, one buffered read and write), "
+                     "then the algorithm's complexity"],
+                    {"speedup": v.speedup, "speedup_ci": v.speedup_ci})
 
 
 def _first(reasons: list[str], width: int = 200) -> str:
@@ -97,48 +103,97 @@ def _first(reasons: list[str], width: int = 200) -> str:
     return text[:width]
 
 
+ERROR_LINE = re.compile(r"^(?P<loc>\S+?(?::\d+(?::\d+)?|\(\d+\))):\s*(?:fatal )?error:\s*(?P<msg>.+)$", re.M)
+
+
+def _first_error(reasons: list[str], width: int = 140) -> str:
+    """The compiler's first error, message then place ("'foo' was not declared in this scope at
+    c.cpp:3:5"): what the next step tells the model to fix."""
+    text = "\n".join(str(r) for r in reasons)
+    m = ERROR_LINE.search(text)
+    if m:
+        return f"{' '.join(m['msg'].split())[:width]} at {m['loc']}"
+    for line in text.splitlines():
+        if re.search(r"error|undefined|multiple definition", line, re.I):
+            return " ".join(line.split())[:width]
+    return _first(reasons, width) or "no compiler message"
+
+
 def _compile(reasons: list[str]) -> Critique:
     text = " ".join(reasons)
+    error = _first_error(reasons)
+    facts = {"first_error": error}
     for kind, pattern, step in COMPILE_CLASSES:
         if pattern.search(text):
-            return Critique(f"compile:{kind}", f"It does not compile: {_first(reasons)}.", [step])
-    return Critique("compile:other", f"It does not compile: {_first(reasons)}.", ["fix the first error the compiler names; the rest often follow from it"])
+            return Critique(f"compile:{kind}", f"It does not compile: {_first(reasons)}.", [f"{error}: {step}"], facts)
+    return Critique("compile:other", f"It does not compile: {_first(reasons)}.",
+                    [f"{error}: fix this first error; the rest often follow from it"], facts)
 
 
 def _runtime(status: str, reasons: list[str]) -> Critique:
     text = " ".join(reasons)
+    said = _first(reasons, 160) or status
+    facts = {"reason": said}
     if status == "timeout":
         return Critique("runtime:timeout", f"It did not finish in time: {_first(reasons)}.",
-                        ["look for a loop that never ends or work that grows with the wrong dimension"])
+                        [f"{said}: look for a loop that never ends or work that grows with the wrong dimension"], facts)
     if "SIGSEGV" in text or "SIGBUS" in text or "illegal memory" in text.lower():
         return Critique("runtime:out-of-bounds", f"It read or wrote outside the tensors: {_first(reasons)}.",
-                        ["derive every index from the shapes and strides the call receives, and bound the last partial block"])
+                        [f"{said}: derive every index from the shapes and strides the call receives, and bound the last "
+                         "partial block"], facts)
     m = re.search(r"returned (-?\d+)", text)
     if m:
-        return Critique("runtime:error-code", f"maxcode_run returned {m.group(1)}.", ["return 0 on success; check the argument counts it expects"],
+        return Critique("runtime:error-code", f"maxcode_run returned {m.group(1)}.",
+                        [f"it returned {m.group(1)}: return 0 on success; check the argument counts it expects"],
                         {"return_code": int(m.group(1))})
-    return Critique(f"runtime:{status}", f"It failed at run time: {_first(reasons)}.", ["fix the failure named above"])
+    return Critique(f"runtime:{status}", f"It failed at run time: {_first(reasons)}.", [f"fix the {status.replace('_', ' ')}: {said}"], facts)
+
+
+def _mismatch_said(m: dict[str, Any], reasons: list[str]) -> str:
+    """The mismatch's own facts in a few words: share wrong, where, got and expected, the
+    largest error, NaNs, which output and input set; the reason where none was recorded."""
+    said = []
+    if m.get("fraction_wrong") is not None:
+        said.append(f"{100 * m['fraction_wrong']:.3g}% wrong")
+    if m.get("output") is not None:
+        said.append(f"output {m['output']}")
+    if m.get("first_bad_index") is not None:
+        said.append(f"first at {m['first_bad_index']}")
+    if m.get("got") is not None or m.get("expected") is not None:
+        said.append(f"got {m.get('got')}, expected {m.get('expected')}")
+    if m.get("max_abs_error") is not None:
+        said.append(f"largest error {m['max_abs_error']:.3g}" if isinstance(m["max_abs_error"], (int, float))
+                    else f"largest error {m['max_abs_error']}")
+    if m.get("n_nan"):
+        said.append(f"{m['n_nan']} NaN")
+    if m.get("input_set") is not None:
+        said.append(f"input set {m['input_set']}")
+    return "; ".join(said) or _first(reasons, 160) or "the outputs differ"
 
 
 def _wrong(m: dict[str, Any], reasons: list[str]) -> Critique:
     frac = m.get("fraction_wrong")
     facts = {k: m[k] for k in ("fraction_wrong", "first_bad_index", "got", "expected", "n_nan", "max_abs_error") if k in m}
+    said = _mismatch_said(m, reasons)
     if m.get("timed"):
         return Critique("wrong:only-when-timed", "Correct when checked, wrong in a timed repeat: it keeps state between calls or races.",
-                        ["keep nothing between calls (no static buffers), and join all work before returning"], facts)
+                        [f"{said}{'' if 'timed' in said else ' in a timed repeat'}: keep nothing between calls (no static buffers), and join all work "
+                         "before returning"], facts)
     if frac is None:
-        return Critique("wrong:other", f"The output is wrong: {_first(reasons)}.", ["compare the formula with the reference line by line"], facts)
+        return Critique("wrong:other", f"The output is wrong: {_first(reasons)}.",
+                        [f"{said}: compare the formula with the reference line by line"], facts)
     pct = f"{100 * frac:.3g}%"
     poison = bool(m.get("n_nan")) or isinstance(m.get("got"), str)  # NaN/inf: the harness's poison, never written
     if frac > 0.99 and poison:
         return Critique("wrong:unwritten-output", f"The output was left unwritten ({pct} of elements wrong, NaN or poison values where results belong).",
-                        ["write every element of every output; check the output pointer and loop bounds"], facts)
+                        [f"{said}: write every element of every output; check the output pointer and loop bounds"], facts)
     if frac > 0.99:
         return Critique("wrong:formula", f"Every element differs ({pct}; first at {m.get('first_bad_index')}: got {m.get('got')}, expected {m.get('expected')}).",
-                        ["the formula or the operand order differs from the reference: check signs, constants and broadcasting"], facts)
+                        [f"{said}: the formula or the operand order differs from the reference; check signs, constants "
+                         "and broadcasting"], facts)
     what = "left unwritten" if poison else "wrong"
     return Critique("wrong:partial", f"Part of the output is {what} ({pct} of elements; first at {m.get('first_bad_index')}).",
-                    ["check the tail after the last full block or vector, and how work is split between threads"], facts)
+                    [f"{said}: check the tail after the last full block or vector, and how work is split between threads"], facts)
 
 
 @dataclass
