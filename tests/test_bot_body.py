@@ -103,6 +103,11 @@ def test_the_quoted_speedup_comes_with_its_remeasure_command_and_the_noise() -> 
     assert "each repeat should land in [2.70, 3.30]" in shown
     assert "blocks 2.9x, 3.1x, 3x (spread 1.07x); 4 timed round(s) set aside" in shown
     assert "call overhead 1.2 us per call beside 35 us of kernel" in shown
+    t["benchmarks"] = [{"name": "tests/test_x.py::test_b[`$(id)`]", "speedup": 2.0, "speedup_ci": [1.8, 2.2], "runs": 4,
+                        "reference": {"median_s": 2e-3}, "candidate": {"median_s": 1e-3}}]
+    spans = [c.content for tok in render(pr_body.body(t, {}, source="int x;", where=where)) if tok.type == "inline"
+             for c in tok.children or [] if c.type == "code_inline"]
+    assert "maxcode bench-ab HEAD~1 HEAD --runs 4 -- 'tests/test_x.py::test_b[`$(id)`]'" in spans
 
 
 def test_inline_code_and_fences_outlast_the_content() -> None:

@@ -332,6 +332,11 @@ def _benchmarks(benchmarks: Sequence[BenchmarkResult]) -> list[str]:
         out.append(f"| {code(b.name, cell=True)} | {fmt_time(r.median_s)} ± {fmt_time(r.stddev_s)} | "
                    f"{fmt_time(c.median_s)} ± {fmt_time(c.stddev_s)} | {b.speedup:.3g}x{ci_text(b.speedup_ci)} | "
                    f"{text(r.rounds if r.given('rounds') else '?')} / {text(c.rounds if c.given('rounds') else '?')} |")
+    # the branch is one commit on the base (push_branch): HEAD~1 is the original, HEAD the kernel
+    again = " ".join(["maxcode bench-ab HEAD~1 HEAD", *([f"--runs {runs}"] if runs > 1 else []), "--",
+                      *(shlex.quote(b.name) for b in benchmarks)])
+    out += ["", f"Re-measure them on this branch, from the project's folder: {code(again)} (runs of the original and of "
+                "the kernel, alternating; it says which benchmarks changed)."]
     return out
 
 
