@@ -318,7 +318,7 @@ def test_without_a_byte_count_the_next_step_names_the_times_threads_and_interval
     steps = ["; ".join(c.next_steps) for c in critiques]
     assert len(set(steps)) == len(steps), [s for s in steps if steps.count(s) > 1]
     for (v, _), c, step in zip(NO_BYTES, critiques, steps):
-        assert c.kind == "correct:below-roof" and "no byte count" in c.diagnosis
+        assert c.kind == "correct:below-roof" and "No byte count on w0" in c.diagnosis
         assert "vectorize the inner loop, parallelize the outer one" not in step
         w = v.diagnostics["workloads"]["w0"]
         assert f"{w['candidate']['median_s'] * 1e3:.3g} ms a call on w0 against the reference's" in step, step
@@ -398,3 +398,11 @@ def test_a_programs_steps_name_its_test_case_and_its_speedup() -> None:
     assert len(set(steps)) == 4
     assert steps[0].startswith("trace the program on input.1.txt (line 3: got 5, expected 6)")
     assert steps[3].startswith("at 2x (95% CI 1.9x to 2.1x): cut I/O cost first")
+
+
+def test_without_a_copy_bandwidth_the_diagnosis_says_which_fact_is_missing() -> None:
+    v = measured_verdict(1e-3, reference_s=1.2e-3)
+    del v.diagnostics["machine_bytes_per_s"]
+    c = critique_of(v)
+    assert "No copy bandwidth was measured" in c.diagnosis
+    assert c.next_steps[0].startswith("1 ms a call on w0 against the reference's 1.2 ms, 1.2x:")

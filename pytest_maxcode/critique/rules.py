@@ -289,7 +289,7 @@ def _interval(ci: list[float] | None) -> str:
 
 
 def _width(ci: list[float] | None) -> float | None:
-    """How many times its low end the interval's high end is: how far the timing can be trusted."""
+    """The interval's high end over its low end: how far the timing alone can move a ranking."""
     if not _interval(ci) or not ci or ci[0] <= 0:
         return None
     return ci[1] / ci[0]
@@ -327,8 +327,9 @@ def _unmeasured(v: Verdict, lead: str, code: str) -> Critique:
         said.append(f"{_us(v.candidate_s)} a call" + (f" against the reference's {_us(v.reference_s)}" if v.reference_s else ""))
     if overhead_s is not None:
         said.append(f"{_us(overhead_s)} of it the call path")
-    if _threads_said(threads, threaded):
-        said.append(str(_threads_said(threads, threaded)))
+    on = _threads_said(threads, threaded)
+    if on:
+        said.append(on)
     if counted is not None:
         said.append(f"{counted[1]:.4g} instructions a call on {counted[0]} against the reference's {counted[2]:.4g}")
     where = ", ".join(said)
@@ -345,8 +346,8 @@ def _unmeasured(v: Verdict, lead: str, code: str) -> Critique:
                                            "tell it from the reference; aim for a change that wins by more than that spread "
                                            "(fewer passes, more threads), not a small tweak")
     elif overhead_s is not None and v.candidate_s and overhead_s >= OVERHEAD_SHARE * v.candidate_s:
-        kind, step = "correct:overhead-bound", (f"{where}: the call path is {_pct(overhead_s / v.candidate_s)} of a call, which "
-                                                "no kernel change wins back; keep per-call set-up out of the kernel, or stop")
+        kind, step = "correct:overhead-bound", (f"{where}: the call path is {_pct(overhead_s / v.candidate_s)} of a call, and "
+                                                "no kernel change wins that back; keep per-call set-up out of the kernel, or stop")
     elif threads and threads > 1 and not threaded:
         kind, step = "correct:one-thread", f"{where}: split the outer loop across the {threads} threads, a contiguous chunk each"
     elif counted is not None and counted[1] > counted[2]:
@@ -426,7 +427,7 @@ def _below_roof(m: Measured, lead: str, facts: dict[str, Any], v: Verdict) -> Cr
     share = f"{_pct(m.bw)} of the measured memory bandwidth" if m.bw is not None else "an unmeasured share of the bandwidth"
     mine, ref = m.passes(m.time_s), m.passes(m.reference_s)
     if mine is None:
-        return _no_bytes(m, lead, facts, v, share)
+        return _no_bytes(m, lead, facts, v)
     theirs = f" (the reference: {ref:.3g})" if ref is not None else ""
     diagnosis = (f"{lead} On {m.workload} a call takes {_us(m.time_s or 0.0)}, moving data at {share}: the time of {mine:.3g} "
                  f"passes over its {m.bytes_per_call} bytes at the copy bandwidth{theirs}, where one pass takes {_us(m.copy_s() or 0.0)}.")
@@ -439,7 +440,9 @@ def _below_roof(m: Measured, lead: str, facts: dict[str, Any], v: Verdict) -> Cr
     return Critique("correct:below-roof", diagnosis, [step], facts)
 
 
-def _no_bytes(m: Measured, lead: str, facts: dict[str, Any], v: Verdict, share: str) -> Critique:
+def _no_bytes(m: Measured, lead: str, facts: dict[str, Any], v: Verdict) -> Critique:
+    """No byte count (or no copy bandwidth): the step follows from the times, the interval, the
+    share of a roof where one is known, the call path and the threads, and names them."""
     t = m.time_s or 0.0
     said = [f"{_us(t)} a call on {m.workload}" + (f" against the reference's {_us(m.reference_s)}" if m.reference_s else "")]
     if v.speedup is not None:
@@ -450,8 +453,9 @@ def _no_bytes(m: Measured, lead: str, facts: dict[str, Any], v: Verdict, share: 
         said.append(f"{_pct(m.flops)} of the FLOP roof")
     if m.overhead_s is not None:
         said.append(f"{_us(m.overhead_s)} of it the call path")
-    if _threads_said(m.threads, m.threaded):
-        said.append(str(_threads_said(m.threads, m.threaded)))
+    on = _threads_said(m.threads, m.threaded)
+    if on:
+        said.append(on)
     where = ", ".join(said)
     if v.diagnostics.get("undecided"):
         step = f"{where}: too noisy to rank; aim for a change that wins by more than the interval's spread, not a small tweak"
@@ -462,6 +466,6 @@ def _no_bytes(m: Measured, lead: str, facts: dict[str, Any], v: Verdict, share: 
         step = f"{where}: vectorize the contiguous inner loop (aligned loads, no division or branch per element)"
     else:
         step = f"{where}: vectorize the contiguous inner loop and give each thread a contiguous chunk"
-    diagnosis = (f"{lead} On {m.workload} a call takes {_us(t)}, moving data at {share}; no byte count, so no passes "
-                 "over the data to weigh it by.")
+    missing = f"No byte count on {m.workload}" if not m.bytes_per_call else "No copy bandwidth was measured"
+    diagnosis = f"{lead} {missing}, so no passes over the data to weigh its time by."
     return Critique("correct:below-roof", diagnosis, [step], facts)
