@@ -956,6 +956,8 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
                       base_label=ns.base, head_label=ns.head, timer=timer)
     result.base_commit, result.head_commit = commits["base"], commits["head"]
     result.unit = "instructions" if timer == "instructions" else "s"
+    result.remeasure = shlex.join(["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12],
+                                   "--runs", str(ns.runs or reg.runs), "--timer", timer, "--", *ns.pytest_args])
     if stored is not None:
         result.baseline = f"stored by the run of {stored.when} (not re-measured)"
     if history is not None:

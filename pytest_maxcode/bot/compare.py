@@ -65,6 +65,8 @@ class CompareResult:
     unit: str = "s"  # "s", or "instructions" when counted under callgrind
     baseline: str | None = None  # where the base's figures came from, when not measured beside the head's
     trends: dict[str, list[float]] = field(default_factory=dict)  # benchmark -> the base branch's recent medians
+    #: the command that measures the same two commits the same way again (bench-ab's; from the project folder)
+    remeasure: str | None = None
 
     @property
     def regressions(self) -> list[Comparison]:
@@ -77,7 +79,7 @@ class CompareResult:
             "comparisons": [asdict(c) for c in self.comparisons],
             "only_base": self.only_base, "only_head": self.only_head,
             "base_commit": self.base_commit, "head_commit": self.head_commit, "unit": self.unit,
-            "baseline": self.baseline, "trends": self.trends,
+            "baseline": self.baseline, "trends": self.trends, "remeasure": self.remeasure,
         }
 
 
@@ -251,7 +253,8 @@ def markdown(result: CompareResult) -> str:
     what = "instructions" if result.unit == "instructions" else "median"
     trend = bool(result.trends)
     lines = [f"### ⏱ Performance: {head}", "", _commits(result)
-             + (f" The base's figures: {result.baseline}." if result.baseline else ""), "",
+             + (f" The base's figures: {result.baseline}." if result.baseline else "")
+             + (f" Re-measure from the project's folder: `{result.remeasure}`." if result.remeasure else ""), "",
              ("A regression is a slowdown beyond the threshold that is also statistically significant "
               f"({_method_text(result)})."), "",
              f"| benchmark | base ({what}) | head ({what}) | change (95% CI) | p | threshold | |" + (" base trend |" if trend else ""),
