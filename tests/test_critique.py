@@ -354,10 +354,13 @@ FAILURES = [
     Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 0.25, "first_bad_index": [48, 0], "got": 0.0, "expected": 1.25}}),
     Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 1.0, "first_bad_index": [0, 3], "got": 1.5, "expected": 0.5}}),
     Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 1.0, "first_bad_index": [0, 3], "got": 2.5, "expected": 0.5}}),
-    Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 1.0, "first_bad_index": [0, 0], "got": "nan", "expected": 1.0, "n_nan": 4096}}),
+    Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 1.0, "first_bad_index": [0, 0], "got": "nan", "expected": 1.0, "n_nan": 4096,
+                                               "max_abs_error": float("inf")}}),
     Verdict("c.cpp", "wrong", reasons=["outputs differ in a timed repeat"], diagnostics={"mismatch": {"timed": True}}),
     Verdict("c.cpp", "wrong", reasons=["got 3 outputs, expected 2"]),
     Verdict("c.cpp", "wrong", reasons=["output 1 has shape (4, 8), expected (8, 4)"]),
+    Verdict("c.cpp", "wrong", diagnostics={"mismatch": {"fraction_wrong": 0.5, "first_bad_index": [32, 0], "got": 0.0, "expected": 1.25,
+                                               "max_abs_error": 3.2, "output": 1, "input_set": 2}}),
 ]
 
 
@@ -377,6 +380,8 @@ def test_failures_with_different_facts_get_different_steps_that_name_them() -> N
     assert "got 1.5, expected 0.5" in steps[17] and "got 2.5, expected 0.5" in steps[18]
     assert "4096 NaN" in steps[19] and "in a timed repeat" in steps[20]
     assert steps[21].startswith("got 3 outputs, expected 2:")
+    assert "largest" not in steps[19]  # no finite difference to speak of
+    assert steps[23].startswith("50% wrong; output 1; first at [32, 0]; got 0.0, expected 1.25; largest finite error 3.2; input set 2:")
 
 
 def test_a_reply_without_code_is_told_what_was_missing() -> None:

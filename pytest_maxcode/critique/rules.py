@@ -13,6 +13,7 @@ states the facts that chose it, so two nodes with different facts never read the
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ COMPILE_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
     ("undeclared-identifier", re.compile(r"not declared in this scope|undeclared identifier|is undefined|was not declared"), "declare or include what the code uses, and check its spelling"),
     ("link-error", re.compile(r"undefined reference|undefined symbol|multiple definition"), "define every function the file calls in the file itself; keep maxcode_run extern \"C\""),
     ("type-error", re.compile(r"invalid conversion|cannot convert|no matching function|invalid operands"), "fix the types: DLTensor.data is void*, shapes and strides are int64_t*"),
-    ("syntax", re.compile(r"expected [^\n]*(before|at end of input|;)|syntax error|stray"), "fix the syntax at the line the compiler names"),
+    ("syntax", re.compile(r"expected [^\n]*(before|at end of input|;)|syntax error|stray"), "fix the syntax there; an unclosed bracket or a missing ';' just before it is the usual cause"),
 ]
 
 
@@ -161,9 +162,9 @@ def _mismatch_said(m: dict[str, Any], reasons: list[str]) -> str:
         said.append(f"first at {m['first_bad_index']}")
     if m.get("got") is not None or m.get("expected") is not None:
         said.append(f"got {m.get('got')}, expected {m.get('expected')}")
-    if m.get("max_abs_error") is not None:
-        said.append(f"largest error {m['max_abs_error']:.3g}" if isinstance(m["max_abs_error"], (int, float))
-                    else f"largest error {m['max_abs_error']}")
+    error = m.get("max_abs_error")
+    if isinstance(error, (int, float)) and math.isfinite(error):  # the compare's largest over finite differences
+        said.append(f"largest finite error {error:.3g}")
     if m.get("n_nan"):
         said.append(f"{m['n_nan']} NaN")
     if m.get("input_set") is not None:
