@@ -33,3 +33,18 @@ def test_expected_outputs_never_reach_the_disk_a_candidate_can_read(project: Pat
         # the inputs sit outside the worker's writable job folder: a candidate cannot rewrite them
         assert files == ["inputs.pt"]
         assert oracle.workloads[0].expected
+
+
+def test_a_gpu_verdict_names_the_copy_its_timed_calls_include_once_whatever_rebuilt_its_reasons() -> None:
+    from pytest_maxcode.oracle.check import _note_host_copy
+    from pytest_maxcode.oracle.verdict import Verdict
+
+    v = Verdict(candidate="k.cu", status="faster", speedup=2.0, speedup_ci=[1.8, 2.2], reasons=["2x, 95% CI [1.8, 2.2] clears 1.05"],
+                diagnostics={"host_copy_bytes_per_call": 64 << 20})
+    _note_host_copy(v)
+    _note_host_copy(v)
+    assert v.reasons[1:] == ["each timed call includes copying its 64 MiB of results to the host (docs: the oracle, "
+                             "'On a GPU'): a kernel much shorter than that copy shows a speedup closer to 1 than its own"]
+    cpu = Verdict(candidate="k.cpp", status="faster", speedup=2.0, speedup_ci=[1.8, 2.2], reasons=["r"])
+    _note_host_copy(cpu)
+    assert cpu.reasons == ["r"]

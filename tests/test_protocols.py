@@ -208,7 +208,7 @@ def test_the_server_loop_reads_each_command_by_name_and_keyword() -> None:
     loop = threading.Thread(target=server.serve)
     loop.start()
     job.send("map", layout={"slots": 2}, direct=True)
-    assert job.expect("mapped").kwargs == {}
+    assert job.expect("mapped").kwargs == {"pinned": False}  # page-locking is for a GPU's slots
     job.send("stage", workload="w", plan=[["fresh", 5]], first=4)
     assert job.expect("staged").kwargs == {"fresh": True}
     job.send("round", n=2, rid=7)
@@ -218,3 +218,12 @@ def test_the_server_loop_reads_each_command_by_name_and_keyword() -> None:
     loop.join(timeout=10)
     assert not loop.is_alive()
     assert seen == [("map", {"slots": 2}, True), ("stage", "w", [["fresh", 5]], 4), ("round", 2, 7), ("stager closed",)]
+
+
+def test_a_side_whose_gpu_slots_were_not_page_locked_is_named_in_the_timing_notes() -> None:
+    from pytest_maxcode.oracle.timing import _pinning_note
+
+    assert _pinning_note(True, True) == [] and _pinning_note(False, False) == []
+    assert _pinning_note(True, False) == ["the candidate's result slots could not be page-locked: its copy to the host "
+                                          "is slower, so this speedup is understated"]
+    assert "reference's" in _pinning_note(False, True)[0] and "overstated" in _pinning_note(False, True)[0]

@@ -493,7 +493,7 @@ class Oracle:
             return
         try:
             server.send("finish")
-        except OSError:
+        except (OSError, ChildGone):  # a reference server that died is reaped below, not judged
             pass
         server.finish()
 
@@ -514,6 +514,7 @@ class Oracle:
         for i, cand in enumerate(candidates, 1):
             self.progress(f"[{i}/{len(candidates)}] checking {cand.path.name}")
             v = self._evaluate(cand, builds.get(id(cand)))
+            _note_host_copy(v)
             self._record(cand, v)
             verdicts.append(v)
         return verdicts
@@ -921,11 +922,8 @@ class Oracle:
                          f"(a faster verdict needs {timing.FASTER_ROUNDS}; the machine was too slow for the time budget)"]
         if self.device == "cuda":
             # measured on an H200: 64 MiB took 1.2 ms to reach the host, the eager chain's kernels 0.19 ms
-            copied = max(w.in_bytes if self.config.inplace else w.out_bytes for w in self.workloads)
-            v.diagnostics["host_copy_bytes_per_call"] = copied
-            v.reasons.append(f"each timed call includes copying its {copied / 2**20:.3g} MiB of results to the host "
-                             "(docs: the oracle, 'On a GPU'): a kernel much shorter than that copy shows a speedup "
-                             "closer to 1 than its own")
+            v.diagnostics["host_copy_bytes_per_call"] = max(w.in_bytes if self.config.inplace else w.out_bytes
+                                                            for w in self.workloads)
 
     def _implausible(self, wl_diag: dict[str, dict[str, Any]]) -> str | None:
         """A call faster than this machine's memory can feed it (by a clear margin) is not believed.
@@ -960,6 +958,16 @@ class Oracle:
 
     def _decide(self, v: Verdict, sp: Any) -> None:
         decide(v, sp, self.config.min_speedup, device=self.device, timer=self.config.timer)
+
+
+def _note_host_copy(v: Verdict) -> None:
+    """On a GPU, the final verdict says how much of each timed call was the copy of its results
+    to the host (blocks and confirmations rebuild the reasons, so this comes last)."""
+    copied = v.diagnostics.get("host_copy_bytes_per_call")
+    if copied and v.speedup_ci and not any("MiB of results to the host" in r for r in v.reasons):
+        v.reasons.append(f"each timed call includes copying its {copied / 2**20:.3g} MiB of results to the host "
+                         "(docs: the oracle, 'On a GPU'): a kernel much shorter than that copy shows a speedup "
+                         "closer to 1 than its own")
 
 
 def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str, width_rule: bool = True) -> None:

@@ -294,6 +294,7 @@ class Zygote:
             self.close()
             raise WorkerSetupError(f"the worker could not load {path}: {e}") from None
         if ev.name != "ok":
+            self.close()  # a late "ok" must not be read as the answer to the next command
             raise WorkerSetupError(f"the worker could not load {path}")
 
     def _send(self, name: str, *, fds: list[int] | None = None, **kwargs: Any) -> None:

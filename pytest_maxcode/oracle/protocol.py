@@ -52,7 +52,7 @@ EVENTS: dict[str, dict[str, Any]] = {
     "outputs": {"workload": _is(str), "set": _is(int), "outputs": _tensor_list},
     "range": {"workload": _is(str), "label": _is(str), "outputs": _tensor_list, "raised": _is(str)},
     "serving": {},
-    "mapped": {},
+    "mapped": {"pinned": _is(bool)},
     "staged": {"fresh": _is(bool)},
     "flushed": {},
     "counts": {"workload": _is(str), "reference": _int_list, "candidate": _int_list, "rechecks": _rechecks},

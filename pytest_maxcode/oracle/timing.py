@@ -308,11 +308,22 @@ class _Side:
         raise TimingRejected("rejected", f"the {self.name} sent '{ev.name}' during a timed call (protocol)")
 
 
-def _map(side: _Side, fd: int, direct: bool) -> None:
+def _map(side: _Side, fd: int, direct: bool) -> bool:
+    """Hand a side its slots; whether its server page-locked them (on a GPU)."""
     with _side(side.name):
         side.job.send("map", layout=side.region.layout, direct=direct)
         send_handle(side.job.conn, fd, 0)
-        side.job.expect("mapped")
+        return bool(side.job.expect("mapped").kwargs["pinned"])
+
+
+def _pinning_note(reference: bool, candidate: bool) -> list[str]:
+    """On a GPU both sides' results reach the host inside the interval: a side whose slots could
+    not be page-locked copies about three times slower, and the speedup leans against it."""
+    if reference == candidate:
+        return []
+    slow, effect = ("candidate", "understated") if reference else ("reference", "overstated")
+    return [f"the {slow}'s result slots could not be page-locked: its copy to the host is slower, so this speedup "
+            f"is {effect}"]
 
 
 def _slot_bytes(meta: Sequence[Any]) -> int:
@@ -348,14 +359,15 @@ def time_workload(w: TimedWorkload, ref_job: Job, cand_job: Job, freeze: Callabl
         # DIRECT_OUT_BYTES; larger outputs are allocated afresh each call, as the dispatcher's
         # callers pay); else both sides copy their results inside the interval
         direct = cfg.native and cfg.device == "cpu" and _slot_bytes(outs) <= DIRECT_OUT_BYTES
-        _map(ref, fds[0], direct)
+        pinned = _map(ref, fds[0], direct)
         freeze(False)
-        _map(cand, fds[1], direct)
+        pinned_cand = _map(cand, fds[1], direct)
         freeze(True)
         rounds = _Rounds(w, ref, cand, freeze, cfg)
         try:
             with cfg.cores.timing():
                 result = rounds.run()
+                result.notes += _pinning_note(pinned, pinned_cand)
                 if cfg.native:
                     result.call_path = str(cand_job.zygote.info.get("call_path", ""))
                     if result.call_path == "compiled":

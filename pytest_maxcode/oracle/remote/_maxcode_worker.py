@@ -1012,7 +1012,7 @@ class _Server:
             name, kw = conn.recv()
             if name == "map":
                 self._map(kw["layout"], bool(kw["direct"]))
-                _send_child(conn, "mapped")
+                _send_child(conn, "mapped", pinned=self.pinned)
             elif name == "stage" and self.stager is not None:
                 _send_child(conn, "staged", fresh=self.stager.run(kw["workload"], kw["plan"], int(kw["first"])))
             elif name == "round":
@@ -1029,7 +1029,8 @@ class _Server:
 
     def _unpin(self) -> None:
         if self.pinned:
-            torch.cuda.cudart().cudaHostUnregister(self.region.base)
+            if int(torch.cuda.cudart().cudaHostUnregister(self.region.base)) != 0:
+                _clear_cuda_error()  # the pages stay locked until this process exits: harmless
             self.pinned = False
 
     def _map(self, layout: dict, direct: bool) -> None:
@@ -1041,13 +1042,13 @@ class _Server:
         region = self.region = shm.Region(fd, layout)
         os.close(fd)
         self.call = self.make_call(region.layout["out_meta"], direct)
-        if self.device != "cpu":
-            self.pinned = _pin(region)
-            self.mirrors = [[t.to(self.device) if isinstance(t, torch.Tensor) else t for t in slot] for slot in region.inputs]
         if self.stage is not None:
             if self.stager is not None:
                 self.stager.close()
-            self.stager = _Stager(self.stage, region)
+            self.stager = _Stager(self.stage, region)  # forked before the pages are locked
+        if self.device != "cpu":
+            self.pinned = _pin(region)
+            self.mirrors = [[t.to(self.device) if isinstance(t, torch.Tensor) else t for t in slot] for slot in region.inputs]
 
     def _round(self, n: int, rid: int) -> None:
         region, mirrors = self.region, self.mirrors
@@ -1139,13 +1140,27 @@ def _pin(region) -> bool:
     try:
         if int(torch.cuda.cudart().cudaHostRegister(region.base, region.layout["size"], 0)) == 0:
             return True
-    except Exception:  # an old torch without the binding
+    except Exception:  # a torch whose cudart bindings are missing: the copy stays pageable
         return False
-    try:  # a driver that refused the shared pages: clear the error, or torch's next launch raises it
-        ctypes.CDLL(None).cudaGetLastError()
-    except (OSError, AttributeError):
-        pass
+    _clear_cuda_error()  # a refusal leaves its error set, and torch's next launch would raise it
     return False
+
+
+def _clear_cuda_error() -> None:
+    """cudaGetLastError from the libcudart this process loaded (global in pip's torch; else
+    found by its path in the process's mappings)."""
+    libs: list[str | None] = [None]
+    try:
+        with open("/proc/self/maps") as maps:
+            libs += sorted({f for f in (line.split()[-1] for line in maps if line.strip()) if "/libcudart" in f})
+    except OSError:
+        pass
+    for lib in libs:
+        try:
+            ctypes.CDLL(lib).cudaGetLastError()
+            return
+        except (OSError, AttributeError):
+            continue
 
 
 def _copy_results(region, s: int, result, inplace: bool = False) -> None:
