@@ -27,6 +27,7 @@ from .bot.memory import status_lines
 from .bot.pr import DEFAULT_AUTHOR, DEFAULT_MAX_WAIT, Bot
 from .bot.pr import DEFAULT_REPLACE_MARGIN as REPLACE_MARGIN
 from .errors import MaxcodeError
+from .remeasure import measurable_here
 from .report import fmt_time, remeasure_command, remeasure_text, validate
 from .report.tree import best_node, render_tree
 from .sandbox.env import hide_own_environment
@@ -391,7 +392,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
     root = lock.parent
     # the decorator's own test (targets/decorator.py _register): under it, every target runs its reference
     disabled = os.environ.get("MAXCODE_DISABLE", "") not in ("", "0")
-    measured = _measured_here(root)
+    measured = measurable_here(root)
     rows = []
     for target, entry in sorted(entries.items()):
         ref_file, qualname = entry.extra.get("reference_file"), entry.extra.get("qualname")
@@ -399,8 +400,9 @@ def cmd_status(ns: argparse.Namespace) -> int:
         state, why = entry_state(entry, root, current)
         row = {"target": target, "state": state, "reason": why, "kernel": entry.kernel, "speedup": entry.speedup,
                "speedup_ci": entry.speedup_ci, "remeasure": None}
-        if measured.get(target, ("",))[0] == entry.kernel_hash and state == "active":
-            row["remeasure"] = {"command": remeasure_command(target), "expect": list(entry.speedup_ci)}
+        quoted = measured.get(target)
+        if quoted is not None and quoted[0] == entry.kernel_hash and state == "active":
+            row["remeasure"] = {"command": _here(root) + remeasure_command(target), "expect": quoted[1]}
         if disabled:
             row.update(state="disabled", reason=f"MAXCODE_DISABLE is set: the reference runs (else {state}: {why})", lock_state=state)
         rows.append(row)
@@ -431,28 +433,6 @@ def cmd_status(ns: argparse.Namespace) -> int:
     return 1 if any(r.get("lock_state", r["state"]) in ("stale", "missing") for r in rows) else 0
 
 
-def _measured_here(root: Path) -> dict[str, tuple[str, list[float]]]:
-    """Target id -> sha256 of the kernel this project's last report quotes and its interval, for
-    targets whose captured inputs are still here: ``maxcode remeasure`` re-times exactly that
-    kernel. Empty without a readable report (a fresh clone: the lock travels, the inputs do not)."""
-    try:
-        report = json.loads((root / ".maxcode" / "reports" / "report.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    found = {}
-    for t in report.get("targets") or [] if isinstance(report, dict) else []:
-        best = t.get("best") if isinstance(t, dict) else None
-        if not isinstance(best, dict) or not isinstance(best.get("source_path"), str) or not t.get("speedup_ci"):
-            continue
-        if not any((root / ".maxcode" / "inputs" / str(t.get("id"))).glob("*.pt")):
-            continue
-        try:
-            found[str(t["id"])] = (hashlib.sha256((root / best["source_path"]).read_bytes()).hexdigest(), list(t["speedup_ci"]))
-        except OSError:
-            continue
-    return found
-
-
 def _remeasure_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Under the status table: each active speedup's re-measure command and where its repeats
     should land, one line each way (the table keeps 80 columns), or why there is none here."""
@@ -463,9 +443,15 @@ def _remeasure_lines(rows: list[dict[str, Any]]) -> list[str]:
             out += [f"re-measure {r['target']}: {said[0]}", f"  ({said[1]})"]
     missing = [r for r in rows if r["remeasure"] is None and r["state"] == "active"]
     if missing:
-        out += [f"{len(missing)} active target(s) cannot be re-measured here:",
-                "  run pytest --maxcode first (it captures their inputs)"]
+        out += [f"{len(missing)} active target(s) cannot be re-measured here: that needs the",
+                "  report of a pytest --maxcode run that quotes the lock's kernel, and its inputs"]
     return out
+
+
+def _here(root: Path) -> str:
+    """``cd ROOT && `` where the command must run elsewhere than here (remeasure reads ROOT/.maxcode)."""
+    rel = os.path.relpath(root, Path.cwd())
+    return "" if rel == "." else f"cd {shlex.quote(rel)} && "
 
 
 def _find_store(given: str | None) -> Path:
@@ -713,11 +699,12 @@ def _remeasure_best(store: Any, path: Path, target: str, top: dict[str, Any] | N
     80 columns), where the project's last report quotes that same kernel and its inputs are here."""
     if top is None or not top["candidate_hash"] or path.parent.name != ".maxcode":
         return []
-    quoted = _measured_here(path.parent.parent).get(target)
+    root = path.parent.parent
+    quoted = measurable_here(root).get(target)
     cand = store.candidate(top["candidate_hash"])
     if quoted is None or cand is None or hashlib.sha256(cand["source"].encode()).hexdigest() != quoted[0]:
         return []
-    said = remeasure_text({"remeasure": {"command": remeasure_command(target), "expect": quoted[1]}})
+    said = remeasure_text({"remeasure": {"command": _here(root) + remeasure_command(target), "expect": quoted[1]}})
     return [f"re-measure #{top['id']}: {said[0]}", f"  ({said[1]})"] if said else []
 
 

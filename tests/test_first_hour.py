@@ -355,14 +355,15 @@ def test_status_quotes_the_command_that_re_measures_each_active_speedup(tmp_path
     _locked_project(tmp_path)
     r = _cli(["status"], tmp_path)  # a fresh clone: the lock came along, the captured inputs did not
     assert r.returncode == 0 and r.stdout.splitlines()[-2:] == [
-        "1 active target(s) cannot be re-measured here:", "  run pytest --maxcode first (it captures their inputs)"], r.stdout
+        "1 active target(s) cannot be re-measured here: that needs the",
+        "  report of a pytest --maxcode run that quotes the lock's kernel, and its inputs"], r.stdout
     inputs = tmp_path / ".maxcode" / "inputs" / "mylib.double"
     inputs.mkdir(parents=True)
     (inputs / "w0.pt").write_bytes(b"captured")
     candidate = tmp_path / ".maxcode" / "candidates" / "mylib.double" / "k.cpp"
     candidate.parent.mkdir(parents=True)
     candidate.write_text("// a kernel\n")  # the lock's kernel, as the last run's report quotes it
-    report = {"targets": [{"id": "mylib.double", "speedup": 3.5, "speedup_ci": [3.1, 3.9],
+    report = {"targets": [{"id": "mylib.double", "speedup": 3.5, "speedup_ci": [3.1, 3.9], "reference": {"file": "mylib.py"},
                            "best": {"source_path": ".maxcode/candidates/mylib.double/k.cpp"}}]}
     (tmp_path / ".maxcode" / "reports").mkdir()
     (tmp_path / ".maxcode" / "reports" / "report.json").write_text(json.dumps(report))
@@ -371,9 +372,22 @@ def test_status_quotes_the_command_that_re_measures_each_active_speedup(tmp_path
         "re-measure mylib.double: maxcode remeasure mylib.double --repeat 5", "  (each repeat should land in [3.10, 3.90])"]
     (row,) = json.loads(_cli(["status", "--json"], tmp_path).stdout)
     assert row["remeasure"] == {"command": "maxcode remeasure mylib.double --repeat 5", "expect": [3.1, 3.9]}
+    sub = tmp_path / "docs"
+    sub.mkdir()
+    (row,) = json.loads(_cli(["status", "--json"], sub).stdout)  # remeasure reads the project's .maxcode
+    assert row["remeasure"]["command"] == "cd .. && maxcode remeasure mylib.double --repeat 5"
+    report["targets"][0]["speedup_ci"] = [3.0, 3.6]  # a later run measured the same kernel again
+    (tmp_path / ".maxcode" / "reports" / "report.json").write_text(json.dumps(report))
+    (row,) = json.loads(_cli(["status", "--json"], tmp_path).stdout)
+    assert row["remeasure"]["expect"] == [3.0, 3.6]  # what remeasure will check against
     candidate.write_text("// another kernel\n")  # the report quotes a kernel the lock did not accept
     (row,) = json.loads(_cli(["status", "--json"], tmp_path).stdout)
     assert row["remeasure"] is None
+    for broken in ({"targets": 3}, [1], {"targets": [{"id": "mylib.double", "speedup": 3, "speedup_ci": 1.5,
+                                                      "best": {"source_path": "/dev/zero"}}]}):
+        (tmp_path / ".maxcode" / "reports" / "report.json").write_text(json.dumps(broken))
+        r = _cli(["status"], tmp_path)
+        assert r.returncode == 0 and "Traceback" not in r.stderr and "cannot be re-measured here" in r.stdout, r.stderr
 
 
 def test_show_quotes_the_command_that_re_measures_the_best_node(tmp_path: Path) -> None:
@@ -391,7 +405,8 @@ def test_show_quotes_the_command_that_re_measures_the_best_node(tmp_path: Path) 
     (tmp_path / ".maxcode" / "inputs" / "mylib.double").mkdir(parents=True)
     (tmp_path / ".maxcode" / "inputs" / "mylib.double" / "w0.pt").write_bytes(b"captured")
     (tmp_path / ".maxcode" / "k.cpp").write_text(code)
-    report = {"targets": [{"id": "mylib.double", "speedup": 2.4, "speedup_ci": [2.2, 2.6], "best": {"source_path": ".maxcode/k.cpp"}}]}
+    report = {"targets": [{"id": "mylib.double", "speedup": 2.4, "speedup_ci": [2.2, 2.6], "reference": {"file": "mylib.py"},
+                           "best": {"source_path": ".maxcode/k.cpp"}}]}
     (tmp_path / ".maxcode" / "reports").mkdir()
     (tmp_path / ".maxcode" / "reports" / "report.json").write_text(json.dumps(report))
     r = _cli(["show", "mylib.double"], tmp_path)
