@@ -943,8 +943,10 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
                       base_label=ns.base, head_label=ns.head, timer=timer)
     result.base_commit, result.head_commit = commits["base"], commits["head"]
     result.unit = "instructions" if timer == "instructions" else "s"
-    result.remeasure = shlex.join(["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12],
-                                   "--runs", str(ns.runs or reg.runs), "--timer", timer, "--", *ns.pytest_args])
+    again = ["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12], "--runs", str(ns.runs or reg.runs), "--timer", timer]
+    again += (["--threshold", str(ns.threshold)] if ns.threshold else []) + (["--profile", ns.profile] if ns.profile else [])
+    folder = os.path.relpath(Path.cwd(), repo)
+    result.remeasure = ("" if folder == "." else f"cd {shlex.quote(folder)} && ") + shlex.join([*again, "--", *ns.pytest_args])
     if stored is not None:
         result.baseline = f"stored by the run of {stored.when} (not re-measured)"
     if history is not None:

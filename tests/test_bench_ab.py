@@ -112,7 +112,8 @@ def test_the_command_line_runs_in_the_project_folder_and_fails_on_a_regression(r
     assert "| `test_bench.py::test_doubled` |" in r.stdout and "🔴 slower" in r.stdout
     assert "each process's fastest round one sample" in r.stdout
     shas = [git.Repo(repo).commit(ref).hexsha[:12] for ref in ("base", "head")]
-    assert f"Re-measure from the project's folder: `maxcode bench-ab {shas[0]} {shas[1]} --runs 4 --timer time -- {' '.join(ARGS)}`." in r.stdout
+    assert (f"Re-measure from the repository's root: `cd proj && maxcode bench-ab {shas[0]} {shas[1]} --runs 4 --timer time "
+            f"-- {' '.join(ARGS)}`.") in r.stdout
     bad = run_maxcode(["bench-ab", "base", "nope"], cwd=repo / "proj")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("maxcode: error: bench-ab: 'nope' is not a commit")
 

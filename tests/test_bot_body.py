@@ -105,9 +105,9 @@ def test_the_quoted_speedup_comes_with_its_remeasure_command_and_the_noise() -> 
     assert "call overhead 1.2 us per call beside 35 us of kernel" in shown
     t["benchmarks"] = [{"name": "tests/test_x.py::test_b[`$(id)`]", "speedup": 2.0, "speedup_ci": [1.8, 2.2], "runs": 4,
                         "reference": {"median_s": 2e-3}, "candidate": {"median_s": 1e-3}}]
-    spans = [c.content for tok in render(pr_body.body(t, {}, source="int x;", where=where)) if tok.type == "inline"
-             for c in tok.children or [] if c.type == "code_inline"]
-    assert "maxcode bench-ab HEAD~1 HEAD --runs 4 -- 'tests/test_x.py::test_b[`$(id)`]'" in spans
+    blocks = [tok.content for tok in render(pr_body.body(t, {}, source="int x;", where=where)) if tok.type == "fence"]
+    assert """maxcode bench-ab "$(git merge-base origin/main HEAD)" HEAD --runs 4 --timer time -- """ \
+           """'tests/test_x.py::test_b[`$(id)`]'\n""" in blocks
 
 
 def test_inline_code_and_fences_outlast_the_content() -> None:

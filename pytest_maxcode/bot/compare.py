@@ -25,6 +25,7 @@ from ..errors import MaxcodeError
 from ..model.report import BenchmarkResult, rows_of
 from ..report import fmt_time, sparkline
 from ..tables import DEFAULT_THRESHOLD, parse_regressions
+from .pr_body import code
 
 ALPHA = 0.05
 
@@ -254,7 +255,8 @@ def markdown(result: CompareResult) -> str:
     trend = bool(result.trends)
     lines = [f"### ⏱ Performance: {head}", "", _commits(result)
              + (f" The base's figures: {result.baseline}." if result.baseline else "")
-             + (f" Re-measure from the project's folder: `{result.remeasure}`." if result.remeasure else ""), "",
+             + (f" Re-measure from the repository's root: {code(result.remeasure)}"
+                + (" (it measures the base as well)." if result.baseline else ".") if result.remeasure else ""), "",
              ("A regression is a slowdown beyond the threshold that is also statistically significant "
               f"({_method_text(result)})."), "",
              f"| benchmark | base ({what}) | head ({what}) | change (95% CI) | p | threshold | |" + (" base trend |" if trend else ""),

@@ -326,7 +326,7 @@ class Bot:
             return Outcome(t["id"], "skipped", held)
         branch = branch_for(t["id"])
         kernel_path = written_paths(t)[0] if is_program(t) else f"{KERNELS_DIR}/{t['id']}{EXTENSIONS[t['best']['lang']]}"
-        where = pr_body.Where(branch, kernel_path, kernel_hash, self.project_dir(), self.remote)
+        where = pr_body.Where(branch, kernel_path, kernel_hash, self.project_dir(), self.remote, self.base)
         machine = self.report.get("machine") or {}
         title = pr_body.title(t, machine, nums)
         text = pr_body.body(t, self.report, source=source, where=where, accepted=accepted, nums=nums,

@@ -215,6 +215,8 @@ class Where:
     kernel_hash: str
     project_dir: str = "."
     remote: str = "origin"
+    #: the branch the pull request goes into
+    base: str = "main"
 
 
 def _what(t: Mapping[str, Any], lang: str, kernel_path: str, ref: Mapping[str, Any]) -> str:
@@ -268,7 +270,7 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where:
     out += ["", f"Verdict: {text(t.get('reason', ''))}"]
     out += _reproduce(t)
     out += _warnings(t)
-    out += _benchmarks(rows_of(BenchmarkResult, t.get("benchmarks")))
+    out += _benchmarks(rows_of(BenchmarkResult, t.get("benchmarks")), where)
     out += _tests(t)
     out += _environment(t, report)
     out += _search(t)
@@ -320,7 +322,7 @@ def _warnings(t: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _benchmarks(benchmarks: Sequence[BenchmarkResult]) -> list[str]:
+def _benchmarks(benchmarks: Sequence[BenchmarkResult], where: Where) -> list[str]:
     if not benchmarks:
         return []
     runs = max((int(b.runs or 1) for b in benchmarks), default=1)
@@ -332,11 +334,12 @@ def _benchmarks(benchmarks: Sequence[BenchmarkResult]) -> list[str]:
         out.append(f"| {code(b.name, cell=True)} | {fmt_time(r.median_s)} ± {fmt_time(r.stddev_s)} | "
                    f"{fmt_time(c.median_s)} ± {fmt_time(c.stddev_s)} | {b.speedup:.3g}x{ci_text(b.speedup_ci)} | "
                    f"{text(r.rounds if r.given('rounds') else '?')} / {text(c.rounds if c.given('rounds') else '?')} |")
-    # the branch is one commit on the base (push_branch): HEAD~1 is the original, HEAD the kernel
-    again = " ".join(["maxcode bench-ab HEAD~1 HEAD", *([f"--runs {runs}"] if runs > 1 else []), "--",
+    # the base where this branch left it (the branch may since have merged its base or gained commits)
+    base = f'"$(git merge-base {shlex.quote(f"{where.remote}/{where.base}")} HEAD)"'
+    again = " ".join(["maxcode bench-ab", base, "HEAD", "--runs", str(runs), "--timer time --",
                       *(shlex.quote(b.name) for b in benchmarks)])
-    out += ["", f"Re-measure them on this branch, from the project's folder: {code(again)} (runs of the original and of "
-                "the kernel, alternating; it says which benchmarks changed)."]
+    out += ["", "Re-measure them on this branch, from the project's folder (runs of the original and of the kernel, "
+                "alternating; it says which benchmarks changed):", "", *fence(again, "sh")]
     return out
 
 
