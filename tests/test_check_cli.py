@@ -145,17 +145,19 @@ def test_cuda_cheats_compile_without_a_gpu(tmp_path: Path) -> None:
         pytest.skip("nvcc is not installed")
     from pytest_maxcode.native import build
 
-    sources = [build.Source(DATA / "chain" / "cheats" / name, "cuda") for name in GPU_CHEATS]
+    sources = [build.Source(DATA / "chain" / "gpu_cheats" / name, "cuda") for name in GPU_CHEATS]
     results = build.build_all(sources, tmp_path / "cache")
     assert all(r.ok for r in results), [r.errors for r in results]
 
 
+# beside, not in, cheats/: a .cu file in a batch makes maxcode check pick the GPU, and the CPU
+# cheats' batches (test_oracle_adversarial, test_ray_executor) must stay on the CPU everywhere
 GPU_CHEATS = ("side_stream.cu", "stale_device_result.cu")
 
 
 @pytest.mark.gpu
 def test_cuda_candidate_and_cheats_on_gpu(project: Path) -> None:
-    cheats = ["cheats/patch_cuda_sync.py", *(f"cheats/{name}" for name in GPU_CHEATS)]
+    cheats = ["cheats/patch_cuda_sync.py", *(f"gpu_cheats/{name}" for name in GPU_CHEATS)]
     r = run_maxcode(["check", "ref.py", "chain.cu", *cheats, "--json", *FAST], cwd=project)
     cu, sync, side, stale = r.verdicts
     assert cu["status"] in ("faster", "not_faster"), cu
