@@ -129,7 +129,7 @@ def test_the_check_it_yourself_commands_run_from_the_repository_root(tmp_path: P
     (outcome,) = Bot(r.project, report, repo_name="acme/mylib", base=None).run()
     assert outcome.action == "opened", outcome.line()
     (pr,) = fake_github.pulls.values()
-    (block,) = [tok for tok in render(pr["body"]) if tok.type == "fence" and tok.info == "sh"]
+    (block,) = [tok for tok in render(pr["body"]) if tok.type == "fence" and tok.info == "sh" and "git fetch" in tok.content]
     commands = block.content.splitlines()
     assert commands[:2] == [f"git fetch origin {BRANCH} && git checkout {BRANCH}", "cd 'my proj'"]
     assert f"pytest '{TESTS[0]}' {TESTS[1]}" in commands
