@@ -100,11 +100,11 @@ def remeasure(root: Path, target_id: str, n: int, *, sandbox: str = "auto",
               progress: Callable[[str], None] | None = None) -> Repeats:
     """Time the report's best kernel for ``target_id`` ``n`` more times; raise MaxcodeError, one
     line, for anything that leaves nothing to re-measure."""
-    # the oracle and torch load when a speedup is re-measured: status and show ask unmeasurable() cheaply
-    from .model.verdict import Verdict
-    from .oracle.check import CandidateSpec, CheckConfig
-    from .oracle.reference import ReferenceSpec
-    from .oracle.repeat import repeat
+    # status and show ask unmeasurable() without these: the oracle and torch
+    from .model.verdict import Verdict  # keeps start-up fast
+    from .oracle.check import CandidateSpec, CheckConfig  # keeps start-up fast
+    from .oracle.reference import ReferenceSpec  # keeps start-up fast
+    from .oracle.repeat import repeat  # keeps start-up fast
 
     report, t = _entry(root, target_id)
     why = unmeasurable(root, t)
