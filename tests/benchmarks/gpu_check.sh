@@ -59,7 +59,9 @@ if not v["speedup_ci"]:
     raise SystemExit
 lo, hi = v["speedup_ci"]
 print(f"  {v['status']}: {v['speedup']:.3f}x [{lo:.3f}, {hi:.3f}]  reference {v['reference_s'] * 1e6:.1f} us"
-      f"  candidate {v['candidate_s'] * 1e6:.1f} us  sandbox {v['diagnostics'].get('sandbox')}")
+      f"  candidate {v['candidate_s'] * 1e6:.1f} us")
+for line in v["reasons"][1:] + v["diagnostics"].get("timing_notes", []):
+    print(f"    {line}")
 PY
     tail -n 3 "/tmp/repro/run$run.err"
 done
