@@ -205,6 +205,7 @@ def _add_bench_ab(sub: Subcommands) -> None:
     ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="after --: what pytest runs (e.g. -- tests/bench -k matmul)")
     ab.add_argument("--runs", type=options.positive_int, metavar="N", help="processes per side (default 5)")
     ab.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
+    _fork_server_argument(ab)
     _history_arguments(ab)
     ab.add_argument("--baseline", choices=("rerun", "stored"), default="rerun",
                     help="stored: take the base's figures from --history when it holds the base commit measured the same "
@@ -228,7 +229,14 @@ def _add_bench_record(sub: Subcommands) -> None:
     rec.add_argument("--runs", type=options.positive_int, metavar="N", help="processes (default 5)")
     rec.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
     rec.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
+    _fork_server_argument(rec)
     _history_arguments(rec, required=True)
+
+
+def _fork_server_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fork-server", action="store_true",
+                        help="fork each run from a server per side that collected the tests once: start-up is paid once, "
+                             "but forked runs vary more (default: a new interpreter per run)")
 
 
 def _add_pr(sub: Subcommands) -> None:
@@ -935,7 +943,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     if ns.baseline == "stored" and stored is None:
         _say(console, f"bench-ab: {ns.history} holds no figures of the base {commits['base'][:12]} measured this way: "
                       "measuring the base as well")
-    base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=ns.runs or reg.runs,
+    base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=ns.fork_server,
                                 project=os.path.relpath(Path.cwd(), repo), timer=timer,
                                 progress=(lambda msg: console.log(msg)) if console else None,
                                 stored_base=stored.samples if stored else None)
@@ -945,6 +953,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     result.unit = "instructions" if timer == "instructions" else "s"
     again = ["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12], "--runs", str(ns.runs or reg.runs), "--timer", timer]
     again += (["--threshold", str(ns.threshold)] if ns.threshold else []) + (["--profile", ns.profile] if ns.profile else [])
+    again += ["--fork-server"] if ns.fork_server else []
     folder = os.path.relpath(Path.cwd(), repo)
     result.remeasure = ("" if folder == "." else f"cd {shlex.quote(folder)} && ") + shlex.join([*again, "--", *ns.pytest_args])
     if stored is not None:
@@ -970,7 +979,7 @@ def cmd_bench_record(ns: argparse.Namespace) -> int:
     console = _console()
     commit = ab.resolve_commit(repo, ns.ref)
     history = History.load(Path(ns.history))
-    samples = ab.measure(repo, {"ref": ns.ref}, ns.pytest_args, runs=ns.runs or reg.runs,
+    samples = ab.measure(repo, {"ref": ns.ref}, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=ns.fork_server,
                          project=os.path.relpath(Path.cwd(), repo), timer=timer,
                          progress=(lambda msg: console.log(msg)) if console else None)["ref"]
     branch = _branch_name(ns, ns.ref)

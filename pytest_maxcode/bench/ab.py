@@ -53,7 +53,8 @@ SHARE = 0.5
 def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str], *, runs: int = RUNS,
                 project: str = ".", python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
                 progress: Callable[[str], None] | None = None,
-                stored_base: Mapping[str, Sequence[float]] | None = None) -> tuple[dict[str, Timings], dict[str, Timings]]:
+                stored_base: Mapping[str, Sequence[float]] | None = None,
+                fork_server: bool = False) -> tuple[dict[str, Timings], dict[str, Timings]]:
     """Each benchmark's per-run figures on the base and on the head, run alternately in
     worktrees of ``repo_root`` (the checkout itself is not touched); ``project`` is the
     folder inside the repository that pytest runs in. ``timer="instructions"`` counts
@@ -62,7 +63,7 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
     parameters because each keyword is one option of ``maxcode bench-ab``, passed through."""
     refs = {"head": head} if stored_base is not None else {"base": base, "head": head}
     samples = measure(repo_root, refs, pytest_args, runs=runs, project=project, python=python, timeout_s=timeout_s,
-                      timer=timer, progress=progress, optional=frozenset({"base"}))
+                      timer=timer, progress=progress, optional=frozenset({"base"}), fork_server=fork_server)
     base_samples = {k: list(v) for k, v in stored_base.items()} if stored_base is not None else samples["base"]
     return _timings(base_samples), _timings(samples["head"])
 
@@ -70,11 +71,12 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
 def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str], *, runs: int = RUNS, project: str = ".",
             python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
             progress: Callable[[str], None] | None = None,
-            optional: frozenset[str] = frozenset()) -> dict[str, dict[str, list[float]]]:
+            optional: frozenset[str] = frozenset(), fork_server: bool = False) -> dict[str, dict[str, list[float]]]:
     """Per side (``refs``: side name -> commit), each benchmark's figure per process, the
     sides' processes alternating ABBA... (a slow drift of the machine weighs on all alike).
     An ``optional`` side (the base) that lacks the project folder or collects no benchmark
-    has none: a pull request that adds the first benchmarks is not an error.
+    has none: a pull request that adds the first benchmarks is not an error. ``fork_server``:
+    fork each timed run from a server per side that collected once (faster start, noisier runs).
     Many parameters because each keyword is one option of ``bench-ab`` / ``bench-record``."""
     if timer not in ("time", "instructions"):
         raise MaxcodeError(f"bench-ab: --timer {timer!r}: expected time or instructions")
@@ -96,7 +98,8 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
             order = [side for side in refs if not _absent(trees[side] / project, side, side in optional, progress)]
             runners: dict[str, _Runs] = {}
             for side in order:
-                runners[side] = _Runs(python, trees[side], project, pytest_args, side, counting, seed)
+                runners[side] = _Runs(python, trees[side], project, pytest_args, side, counting, seed,
+                                      fork_server=fork_server and counting is None)
                 servers.callback(runners[side].close)
             for i in range(runs):
                 for side in (order if i % 2 == 0 else order[::-1]):
@@ -172,14 +175,15 @@ class _Counting:
 
 
 class _Runs:
-    """One side's pytest processes. Timed runs are forked by a fork server that started pytest
-    and collected the tests once (``_pytest_forkserver.py``): a fresh interpreter per run paid
-    its start-up again each time, which made interleaving cost more than re-running the base.
+    """One side's pytest processes: a new interpreter per run, or, with ``fork_server``, runs
+    forked by a server that started pytest and collected the tests once
+    (``_pytest_forkserver.py``), which pays start-up once but whose runs vary more (identical
+    code beside a hog: the change's sd 0.125 against 0.018; tests/benchmarks/ab_modes.py).
     Counted runs start afresh under valgrind, as counting needs."""
 
     def __init__(self, python: str, tree: Path, project: str, pytest_args: Sequence[str], side: str,
-                 counting: _Counting | None, seed: str) -> None:
-        """Seven parameters because they are the side's part of :func:`measure`'s options."""
+                 counting: _Counting | None, seed: str, *, fork_server: bool = False) -> None:
+        """Eight parameters because they are the side's part of :func:`measure`'s options."""
         self.cwd, self.side, self.counting = tree / project, side, counting
         if not self.cwd.is_dir():
             raise MaxcodeError(f"bench-ab: {project!r} does not exist on the {side} commit (check --project)")
@@ -189,7 +193,7 @@ class _Runs:
         front = [str(self.cwd / "src")] if (self.cwd / "src").is_dir() else []
         self.env["PYTHONPATH"] = os.pathsep.join([*front, str(self.cwd), *filter(None, [self.env.get("PYTHONPATH")])])
         self.server: subprocess.Popen[bytes] | None = None
-        if counting is None:
+        if fork_server:
             self.server_log = tree.parent / f"{side}-server.log"
             with open(self.server_log, "wb") as log:
                 self.server = subprocess.Popen(

@@ -11,7 +11,6 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 
@@ -21,14 +20,6 @@ from test_bench_ab import ARGS  # noqa: E402
 
 from pytest_maxcode.bench import ab  # noqa: E402
 
-FORKED = ab._Runs._served
-
-
-def _fresh(self: Any, argv: list[str], log: Path, timeout_s: float) -> Any:
-    """Every run a new ``python -m pytest``, as before the fork server."""
-    return self._fresh(argv, Path(str(log)[:-4] + ".json"), log, timeout_s)
-
-
 def main(n: int, modes: list[str]) -> None:
     changes: dict[str, list[float]] = {m: [] for m in modes}
     false = dict.fromkeys(modes, 0)
@@ -37,8 +28,7 @@ def main(n: int, modes: list[str]) -> None:
         bench_regressions.make_repo(root)
         for k in range(n):
             for mode in modes:
-                ab._Runs._served = FORKED if mode == "fork" else _fresh  # type: ignore[method-assign]
-                base, head = ab.interleaved(root, "base", "same", ARGS, runs=5, project="proj")
+                base, head = ab.interleaved(root, "base", "same", ARGS, runs=5, project="proj", fork_server=mode == "fork")
                 result = ab.judge(base, head)
                 for c in result.comparisons:
                     changes[mode].append(c.change)
