@@ -28,7 +28,7 @@ from .bot.pr import DEFAULT_AUTHOR, DEFAULT_MAX_WAIT, Bot
 from .bot.pr import DEFAULT_REPLACE_MARGIN as REPLACE_MARGIN
 from .errors import MaxcodeError
 from .remeasure import measurable_here
-from .report import fmt_time, remeasure_command, remeasure_text, validate
+from .report import REMEASURE_REPEATS, fmt_time, remeasure_command, remeasure_text, validate
 from .report.tree import best_node, render_tree
 from .sandbox.env import hide_own_environment
 from .tables import Regressions, parse_regressions
@@ -348,7 +348,8 @@ def _add_remeasure(sub: Subcommands) -> None:
         ),
     )
     remeasure.add_argument("target", metavar="TARGET")
-    remeasure.add_argument("--repeat", type=options.positive_int, default=5, metavar="N", help="how many repeats (default 5)")
+    remeasure.add_argument("--repeat", type=options.positive_int, default=REMEASURE_REPEATS, metavar="N",
+                           help=f"how many repeats (default {REMEASURE_REPEATS})")
     remeasure.add_argument("--sandbox", default="auto", choices=("auto", "bwrap", "unshare", "none"),
                            help="the candidates' OS sandbox, as for maxcode check (default auto)")
 
@@ -410,7 +411,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
                "speedup_ci": entry.speedup_ci, "remeasure": None}
         quoted = measured.get(target)
         if quoted is not None and quoted[0] == entry.kernel_hash and state == "active":
-            row["remeasure"] = {"command": _here(root) + remeasure_command(target), "expect": quoted[1]}
+            row["remeasure"] = {"command": _cd(root, Path.cwd()) + remeasure_command(target), "expect": quoted[1]}
         if disabled:
             row.update(state="disabled", reason=f"MAXCODE_DISABLE is set: the reference runs (else {state}: {why})", lock_state=state)
         rows.append(row)
@@ -456,9 +457,10 @@ def _remeasure_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _here(root: Path) -> str:
-    """``cd ROOT && `` where the command must run elsewhere than here (remeasure reads ROOT/.maxcode)."""
-    rel = os.path.relpath(root, Path.cwd())
+def _cd(folder: Path | str, start: Path | str) -> str:
+    """``cd FOLDER && `` (relative to ``start``) for a printed command that must run in ``folder``;
+    '' where that is ``start`` itself."""
+    rel = os.path.relpath(folder, start)
     return "" if rel == "." else f"cd {shlex.quote(rel)} && "
 
 
@@ -712,7 +714,7 @@ def _remeasure_best(store: Any, path: Path, target: str, top: dict[str, Any] | N
     cand = store.candidate(top["candidate_hash"])
     if quoted is None or cand is None or hashlib.sha256(cand["source"].encode()).hexdigest() != quoted[0]:
         return []
-    said = remeasure_text({"remeasure": {"command": _here(root) + remeasure_command(target), "expect": quoted[1]}})
+    said = remeasure_text({"remeasure": {"command": _cd(root, Path.cwd()) + remeasure_command(target), "expect": quoted[1]}})
     return [f"re-measure #{top['id']}: {said[0]}", f"  ({said[1]})"] if said else []
 
 
@@ -814,9 +816,9 @@ def cmd_check(ns: argparse.Namespace) -> int:
 
 
 def _remeasure_command(argv: Sequence[str], candidates: Sequence[str], candidate: str) -> str:
-    """This ``maxcode check`` command for one candidate, repeated five times in fresh processes."""
+    """This ``maxcode check`` command for one candidate, repeated in fresh processes."""
     kept = [a for a in argv if a == candidate or a not in candidates]
-    return shlex.join(["maxcode", *kept, "--repeat", "5"])
+    return shlex.join(["maxcode", *kept, "--repeat", str(REMEASURE_REPEATS)])
 
 
 def _console():
@@ -954,8 +956,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     again = ["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12], "--runs", str(ns.runs or reg.runs), "--timer", timer]
     again += (["--threshold", str(ns.threshold)] if ns.threshold else []) + (["--profile", ns.profile] if ns.profile else [])
     again += ["--fork-server"] if ns.fork_server else []
-    folder = os.path.relpath(Path.cwd(), repo)
-    result.remeasure = ("" if folder == "." else f"cd {shlex.quote(folder)} && ") + shlex.join([*again, "--", *ns.pytest_args])
+    result.remeasure = _cd(Path.cwd(), repo) + shlex.join([*again, "--", *ns.pytest_args])  # read from the repository's root
     if stored is not None:
         result.baseline = f"stored by the run of {stored.when} (not re-measured)"
     if history is not None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import NO_CUDA_DEVICE, MaxcodeError
 from ..options import positive_float, positive_int
-from ..report import remeasure_text
+from ..report import REMEASURE_REPEATS, remeasure_text
 from .problems import Problem, find_problems, scaled_source
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "")
@@ -212,7 +212,7 @@ def run_problem(problem: Problem, work: Path, run: ProblemRun) -> ProblemResult:
     if candidate is not None and result.correct and result.speedup_ci:
         result.remeasure = shlex.join(["maxcode", "check", ref_file.name, os.path.relpath(candidate, ref_file.parent),
                                        *(["--device", run.device] if run.device else []),
-                                       "--time-budget", f"{run.time_budget:g}", "--repeat", "5"])
+                                       "--time-budget", f"{run.time_budget:g}", "--repeat", str(REMEASURE_REPEATS)])
     result.wall_s = time.monotonic() - start
     return result
 

@@ -288,14 +288,10 @@ class Zygote:
     def load_inputs(self, path: str) -> None:
         self.inputs_path = path
         self._send("inputs", path=path)
-        try:
-            ev = self._recv(300.0)
-        except ProtocolError as e:
-            self.close()
+        try:  # anything but "ok" closes the zygote: a late "ok" must not answer the next command
+            self._expect("ok", 300.0)
+        except WorkerSetupError as e:
             raise WorkerSetupError(f"the worker could not load {path}: {e}") from None
-        if ev.name != "ok":
-            self.close()  # a late "ok" must not be read as the answer to the next command
-            raise WorkerSetupError(f"the worker could not load {path}")
 
     def _send(self, name: str, *, fds: list[int] | None = None, **kwargs: Any) -> None:
         """A command to the zygote, JSON ``[name, {keywords}]``; ``fds`` travel with it (SCM_RIGHTS)."""
