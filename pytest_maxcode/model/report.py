@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..errors import MaxcodeError
 from .strenum import PlainStrEnum
 
 if TYPE_CHECKING:
@@ -65,9 +66,11 @@ class BestKernel:
     """The kernel a target's numbers belong to, as written under ``.maxcode/reports/kernels``."""
 
     source_path: str
-    hash: str
-    lang: str
-    origin: str
+    #: the schema requires the next three; a hand-written report may lack them, and a reader
+    #: that does not need them (``maxcode apply`` needs only the path and the language) still reads it
+    hash: str = ""
+    lang: str = ""
+    origin: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     build_id: str | None = None
     sha256: str | None = None
@@ -270,6 +273,23 @@ class Remeasure(JsonRow):
     absent: frozenset[str] = frozenset()
 
 
+@dataclass
+class ReferenceInfo(JsonRow):
+    """What the target's search ran against: a function's module, qualname and file (relative to
+    the project), or a program's source file, test cases and the hash of the source searched."""
+
+    #: a C++ program, whose verified rewrite replaces ``file``
+    program: bool = False
+    module: str | None = None
+    qualname: str = ""
+    file: str = ""
+    testcases: str = ""
+    #: a program's source as searched (a function's is hashed from its file when needed)
+    hash: str = ""
+    extra: Json = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
+
+
 #: keys written only when set (the schema does not require them)
 _OPTIONAL = ("kind", "sandbox", "search", "range_limited", "accept_range_limited", "stop_reason", "device", "arch",
              "reference", "outputs", "signatures", "returns", "pack", "measurement", "remeasure")
@@ -307,7 +327,7 @@ class TargetResult:
     stop_reason: str | None = None
     device: str | None = None
     arch: str | None = None
-    reference: Json | None = None
+    reference: ReferenceInfo | None = None
     #: per workload argument key, the outputs' layouts (what verification compares)
     outputs: dict[str, list[Any]] | None = None
     signatures: list[Any] | None = None
@@ -334,6 +354,8 @@ class TargetResult:
             value = _row(Remeasure, value)
         elif name == "search" and value is not None:
             value = _row(SearchSummary, value)
+        elif name == "reference":  # read from JSON: an object is a ReferenceInfo, anything else none
+            value = row_of(ReferenceInfo, value)
         object.__setattr__(self, name, value)
 
     @classmethod
@@ -377,12 +399,61 @@ class Report:
     options: Json
     targets: list[TargetResult]
     schema_version: int = 1
+    #: top-level keys this version does not know (a plugin's ``pytest_maxcode_report`` additions)
+    extra: Json = field(default_factory=dict)
 
     def to_json(self) -> Json:
         return {
+            **self.extra,
             "schema_version": self.schema_version, "tool_version": self.tool_version, "created_at": self.created_at,
             "machine": dict(self.machine), "options": dict(self.options), "targets": [t.to_json() for t in self.targets],
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        """The report a run wrote (or a test built: the keys a reader does not need may be
+        missing); ValueError, saying where, for a report no reader could use: not an object, a
+        ``targets`` that is not a list, or a target without a string ``id`` or a known ``status``."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"(root): not an object but {type(data).__name__}")
+        targets = data.get("targets", [])
+        if not isinstance(targets, list):
+            raise ValueError(f"targets: not a list but {type(targets).__name__}")
+        out = []
+        for i, t in enumerate(targets):
+            if not isinstance(t, Mapping) or not isinstance(t.get("id"), str):
+                raise ValueError(f"targets/{i}: a target needs a string id")
+            if "status" not in t:
+                raise ValueError(f"targets/{i} ({t['id']}): no status")
+            try:
+                out.append(TargetResult.from_json(dict(t)))
+            except (AttributeError, TypeError, ValueError) as e:  # a row of the wrong shape
+                raise ValueError(f"targets/{i} ({t['id']}): {e}") from None
+        known = ("schema_version", "tool_version", "created_at", "machine", "options", "targets")
+        machine, options = data.get("machine"), data.get("options")
+        return cls(tool_version=str(data.get("tool_version", "")), created_at=str(data.get("created_at", "")),
+                   machine=dict(machine) if isinstance(machine, Mapping) else {},
+                   options=dict(options) if isinstance(options, Mapping) else {}, targets=out,
+                   schema_version=data.get("schema_version", 1), extra={k: v for k, v in data.items() if k not in known})
+
+
+def parse_report(data: Report | Mapping[str, Any], source: str = "the report") -> Report:
+    """``data`` as a :class:`Report`, read once where a report enters (``maxcode apply``, the bot,
+    ``maxcode remeasure``, the Python API); a malformed one is a one-line MaxcodeError naming
+    ``source`` and what is wrong, as ``maxcode apply`` says it."""
+    if isinstance(data, Report):
+        return data
+    try:
+        return Report.from_json(data)
+    except ValueError as e:
+        raise MaxcodeError(f"{source}: not a maxcode report ({e})") from None
+
+
+def parse_target(data: TargetResult | Mapping[str, Any], source: str = "the report") -> TargetResult:
+    """One report target as a :class:`TargetResult` (see :func:`parse_report`)."""
+    if isinstance(data, TargetResult):
+        return data
+    return parse_report({"targets": [data]}, source).targets[0]
 
 
 #: the lists of rows a target holds, and each one's row type
