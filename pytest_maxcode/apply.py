@@ -15,6 +15,7 @@ from typing import Any
 
 from ._files import write_atomic
 from .errors import MaxcodeError
+from .model.report import ReferenceInfo, Report, TargetResult, TargetStatus, parse_report, parse_target, row_of
 from .targets.accept import accept
 from .targets.lock import KERNELS_DIR, LOCK_NAME, LockEntry, sha256_text
 
@@ -29,91 +30,103 @@ class Applied:
     entry: LockEntry | None = None
 
 
-def apply_report(report: dict[str, Any], root: Path) -> list[str]:
-    """Apply every verified target; one line per target saying what happened."""
+def apply_report(report: Report | Mapping[str, Any], root: Path) -> list[str]:
+    """Apply every verified target; one line per target saying what happened. ``report`` is read
+    once here (a MaxcodeError, one line, for a malformed one): the JSON a run wrote, or its :class:`Report`."""
     lines = []
-    for t in report.get("targets", []):
-        if t.get("status") != "verified" or not t.get("best"):
-            lines.append(f"{t.get('id')}: not applied ({t.get('status')}: {t.get('reason', '')})")
+    for t in parse_report(report).targets:
+        if t.status != TargetStatus.VERIFIED or not t.best:
+            lines.append(f"{t.id}: not applied ({t.status}: {t.reason})")
             continue
         held = range_held(t)
         if held:
-            lines.append(f"{t['id']}: not applied ({held})")
+            lines.append(f"{t.id}: not applied ({held})")
             continue
         if is_program(t):
             try:
                 applied = apply_target(t, root)
             except MaxcodeError as e:
-                lines.append(f"{t['id']}: not applied: {e}")
+                lines.append(f"{t.id}: not applied: {e}")
                 continue
             done = "rewrote" if applied.changed else "already has the rewrite in"
-            lines.append(f"{t['id']}: {done} {t['reference']['file']} ({t['speedup']:.3g}x)")
+            lines.append(f"{t.id}: {done} {_reference(t).file} ({t.speedup:.3g}x)")
             continue
         try:
             applied = apply_target(t, root)
         except (MaxcodeError, ValueError, OSError, ImportError) as e:  # nothing was written: accept renders first
-            lines.append(f"{t['id']}: not applied: {e}")
+            lines.append(f"{t.id}: not applied: {e}")
             continue
         kernel = applied.entry.kernel if applied.entry is not None else "?"
-        lines.append(f"{t['id']}: applied {kernel} ({t['speedup']:.3g}x) to maxcode.lock")
+        lines.append(f"{t.id}: applied {kernel} ({t.speedup:.3g}x) to maxcode.lock")
     return lines
 
 
-def range_held(t: Mapping[str, Any]) -> str | None:
+def range_held(t: TargetResult) -> str | None:
     """Why a verified target is held back for its range (None: it is not): its best kernel is
     range-limited and the target does not set ``accept_range_limited``. The report entry carries
     both: ``range_limited`` (the verdict's text, or null) and ``accept_range_limited`` (resolved
     by ``options.accepts_range_limited`` when the run wrote the report)."""
-    limited = t.get("range_limited")
-    if not limited or t.get("accept_range_limited") is True:
+    limited = t.range_limited
+    if not limited or t.accept_range_limited is True:
         return None
     return (f"range-limited: {limited}; set accept_range_limited=True in @maxcode.optimize "
             "(or [tool.maxcode] accept_range_limited) to apply it anyway")
 
 
-def is_program(t: Mapping[str, Any]) -> bool:
-    """A program target's entry (its rewrite replaces a source file) rather than a kernel's."""
-    return bool((t.get("reference") or {}).get("program"))
+def is_program(t: TargetResult | Mapping[str, Any]) -> bool:
+    """A program target's entry (its rewrite replaces a source file) rather than a kernel's; the
+    PR body's renderer asks it of the report's JSON."""
+    ref = t.reference if isinstance(t, TargetResult) else row_of(ReferenceInfo, t.get("reference"))
+    return bool(ref is not None and ref.program)
 
 
-def written_paths(t: dict[str, Any]) -> list[str]:
+def written_paths(t: TargetResult) -> list[str]:
     """What applying ``t`` writes, relative to the project root (what the bot commits)."""
-    return [t["reference"]["file"]] if is_program(t) else [KERNELS_DIR, LOCK_NAME]
+    return [_reference(t).file] if is_program(t) else [KERNELS_DIR, LOCK_NAME]
 
 
-def apply_target(t: dict[str, Any], root: Path, source_root: Path | None = None) -> Applied:
+def _reference(t: TargetResult) -> ReferenceInfo:
+    if t.reference is None:
+        raise MaxcodeError(f"{t.id}: the report does not say what the search ran against; run pytest --maxcode again")
+    return t.reference
+
+
+def apply_target(t: TargetResult | Mapping[str, Any], root: Path, source_root: Path | None = None) -> Applied:
     """Write one verified target's kernel and lock entry under ``root``; the kernel source is
     read from ``source_root`` (where the run wrote its report; default ``root``), so the bot can
     apply into a fresh worktree of the base branch. A program target's rewrite replaces the
     program's source instead."""
+    t = parse_target(t)
     held = range_held(t)
     if held:
-        raise MaxcodeError(f"{t['id']}: not applied: {held}")
-    best, ref = t["best"], t["reference"]
-    kernel_source = ((source_root or root) / best["source_path"]).read_text()
+        raise MaxcodeError(f"{t.id}: not applied: {held}")
+    best, ref = t.best, _reference(t)
+    if best is None or t.speedup is None or t.speedup_ci is None:
+        raise MaxcodeError(f"{t.id}: the report quotes no measured kernel for it; run pytest --maxcode again")
+    kernel_source = ((source_root or root) / best.source_path).read_text()
     if is_program(t):
-        return Applied(t["id"], _rewrite_program(root / ref["file"], ref["file"], ref["hash"], kernel_source))
+        return Applied(t.id, _rewrite_program(root / ref.file, ref.file, ref.hash, kernel_source))
     entry = accept(
         root,
-        target_id=t["id"],
-        reference_file=root / ref["file"],
-        qualname=ref["qualname"],
+        target_id=t.id,
+        reference_file=root / ref.file,
+        qualname=ref.qualname,
         kernel_source=kernel_source,
-        lang=best["lang"],
-        device=t.get("device", "cpu"),
-        arch=t.get("arch", ""),
-        speedup=t["speedup"],
-        speedup_ci=t["speedup_ci"],
-        signatures=t.get("signatures", []),
-        outputs=t.get("outputs", {}),
-        returns=t.get("returns"),
-        pack=t.get("pack"),
-        range_limited=t.get("range_limited"),
-        accept_range_limited=t.get("accept_range_limited") is True,
-        build_id=best.get("build_id", ""),
-        library_sha256=best.get("sha256", ""),
+        lang=best.lang,
+        device=t.device if t.device is not None else "cpu",
+        arch=t.arch if t.arch is not None else "",
+        speedup=t.speedup,
+        speedup_ci=t.speedup_ci,
+        signatures=t.signatures if t.signatures is not None else [],
+        outputs=t.outputs if t.outputs is not None else {},
+        returns=t.returns,
+        pack=t.pack,
+        range_limited=t.range_limited,
+        accept_range_limited=t.accept_range_limited is True,
+        build_id=best.build_id or "",
+        library_sha256=best.sha256 or "",
     )
-    return Applied(t["id"], True, entry)
+    return Applied(t.id, True, entry)
 
 
 def _rewrite_program(path: Path, name: str, searched_hash: str, text: str) -> bool:

@@ -27,6 +27,7 @@ from .bot.memory import status_lines
 from .bot.pr import DEFAULT_AUTHOR, DEFAULT_MAX_WAIT, Bot
 from .bot.pr import DEFAULT_REPLACE_MARGIN as REPLACE_MARGIN
 from .errors import MaxcodeError
+from .model.report import parse_report
 from .remeasure import measurable_here
 from .report import REMEASURE_REPEATS, fmt_time, remeasure_command, remeasure_text, validate
 from .report.tree import best_node, render_tree
@@ -377,7 +378,7 @@ def cmd_apply(ns: argparse.Namespace) -> int:
     if errors:
         raise MaxcodeError(f"{path}: not a maxcode report ({errors[0]})")
     root = Path.cwd()
-    lines = apply_report(report, root)
+    lines = apply_report(parse_report(report, str(path)), root)
     for line in lines:
         print(line)
     return 0 if any(": applied " in line or ": rewrote " in line for line in lines) else 1
@@ -1022,7 +1023,7 @@ def cmd_pr(ns: argparse.Namespace) -> int:
         raise MaxcodeError(f"{path}: no such report; run pytest --maxcode first (or pass the --maxcode-json file)") from None
     except ValueError as e:
         raise MaxcodeError(f"{path}: not a JSON report ({e})") from None
-    bot = Bot(Path.cwd(), report, repo_name=_repo_name(ns.repo), base=ns.base, remote=ns.remote,
+    bot = Bot(Path.cwd(), parse_report(report, str(path)), repo_name=_repo_name(ns.repo), base=ns.base, remote=ns.remote,
               author=ns.author or os.environ.get("MAXCODE_GIT_AUTHOR") or DEFAULT_AUTHOR, draft=ns.draft,
               labels=tuple(ns.label), dry_run=ns.dry_run, api_url=ns.github_url, max_wait=ns.max_wait,
               reject_margin=ns.reject_margin, replace_margin=ns.replace_margin)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from .._extras import require
 from ..apply import apply_target, is_program, range_held, written_paths
 from ..errors import MaxcodeError
+from ..model.report import BestKernel, Report, TargetResult, TargetStatus, parse_report, parse_target
 from ..targets.accept import EXTENSIONS, reference_hash_in_file
 from ..targets.lock import KERNELS_DIR, LOCK_NAME, LockEntry, parse_lock
 from . import memory, pr_body
@@ -70,23 +72,30 @@ def parse_author(text: str) -> tuple[str, str]:
     return m.group("name"), m.group("email")
 
 
-def why_not(t: dict[str, Any]) -> str | None:
+def why_not(t: TargetResult | Mapping[str, Any]) -> str | None:
     """Why a target gets no pull request (None: it gets one)."""
-    if t.get("status") != "verified" or not t.get("verified"):
-        return f"not verified ({t.get('status')}: {t.get('reason', '')})"
-    if t.get("weak_check"):
+    t = parse_target(t)
+    if t.status != TargetStatus.VERIFIED or not t.verified:
+        return f"not verified ({t.status}: {t.reason})"
+    if t.weak_check:
         return "the correctness check was weak (outputs that barely depend on the inputs); no pull request for that"
-    if not t.get("best"):
+    if not t.best:
         return "the report has no kernel for it"
     return range_held(t)
 
 
-def _kernel(t: dict[str, Any], root: Path) -> tuple[str, str]:
-    path = root / t["best"]["source_path"]
+def _best(t: TargetResult) -> BestKernel:
+    if t.best is None:  # why_not() turned such a target away
+        raise MaxcodeError(f"{t.id}: the report has no kernel for it")
+    return t.best
+
+
+def _kernel(t: TargetResult, root: Path) -> tuple[str, str]:
+    path = root / _best(t).source_path
     try:
         source = path.read_text()
     except OSError:
-        raise MaxcodeError(f"{t['id']}: the report's kernel {path} is gone; run pytest --maxcode again") from None
+        raise MaxcodeError(f"{t.id}: the report's kernel {path} is gone; run pytest --maxcode again") from None
     return source, hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
@@ -112,7 +121,7 @@ def below_accepted(nums: pr_body.Numbers, margin: float) -> str | None:
 
 
 class Bot:
-    def __init__(self, root: Path, report: dict[str, Any], *, repo_name: str, base: str | None, remote: str = "origin",
+    def __init__(self, root: Path, report: Report | Mapping[str, Any], *, repo_name: str, base: str | None, remote: str = "origin",
                  author: str = DEFAULT_AUTHOR, draft: bool = False, labels: tuple[str, ...] = (), dry_run: bool = False,
                  api_url: str | None = None, max_wait: float = DEFAULT_MAX_WAIT, timeout: float | None = None,
                  reject_margin: float = memory.DEFAULT_REJECT_MARGIN,
@@ -120,9 +129,10 @@ class Bot:
         """Many parameters because they are ``maxcode pr``'s options, keyword-only, as the command passes
         them. ``max_wait``: the longest rate-limit wait sat out (seconds); ``timeout``: seconds per API
         request; ``reject_margin`` / ``replace_margin``: how much faster than a rejected / accepted kernel
-        a new one must be (its interval's low end over their speedup)."""
+        a new one must be (its interval's low end over their speedup). ``report`` is read here, once
+        (a MaxcodeError, one line, for a malformed one)."""
         self.root = root
-        self.report = report
+        self.report = parse_report(report)
         self.repo_name = repo_name
         self.base = base
         self.remote = remote
@@ -177,7 +187,7 @@ class Bot:
         except (KeyError, ValueError, git.BadName, git.GitCommandError, UnicodeDecodeError):
             return None
 
-    def accepted(self, t: dict[str, Any]) -> pr_body.Accepted | None:
+    def accepted(self, t: TargetResult) -> pr_body.Accepted | None:
         """The kernel the base branch's lock accepts for ``t`` and the dispatcher would run: None
         where there is none, or where it is stale (its file or the reference changed since)."""
         if is_program(t):
@@ -187,7 +197,7 @@ class Bot:
         if lock_text is None:
             return None
         try:
-            entry = parse_lock(lock_text).get(t["id"])
+            entry = parse_lock(lock_text).get(t.id)
         except ValueError as e:
             raise MaxcodeError(f"{LOCK_NAME} on {self.remote}/{self.base}: {e}") from None
         if entry is None:
@@ -211,16 +221,18 @@ class Bot:
             path.write_text(text)
             return reference_hash_in_file(path, str(qualname)) == entry.reference_hash
 
-    def reference_hash(self, t: dict[str, Any]) -> str:
+    def reference_hash(self, t: TargetResult) -> str:
         """The hash of the reference the report's search ran against ('' where it cannot be found):
         a program's is in the report; a function's is taken from the checkout the report was made in,
         the way ``maxcode.lock`` hashes it."""
-        ref = t.get("reference") or {}
-        if ref.get("hash"):
-            return str(ref["hash"])
-        if not ref.get("file") or not ref.get("qualname"):
+        ref = t.reference
+        if ref is None:
             return ""
-        return reference_hash_in_file(self.root / str(ref["file"]), str(ref["qualname"])) or ""
+        if ref.hash:
+            return str(ref.hash)
+        if not ref.file or not ref.qualname:
+            return ""
+        return reference_hash_in_file(self.root / str(ref.file), str(ref.qualname)) or ""
 
     def _branch_message(self, branch: str) -> str | None:
         """The commit message at the tip of the bot's branch on the remote (None: no such branch)."""
@@ -233,7 +245,7 @@ class Bot:
         except (git.GitCommandError, git.BadName, ValueError):
             return None
 
-    def push_branch(self, t: dict[str, Any], branch: str, message: str) -> bool:
+    def push_branch(self, t: TargetResult, branch: str, message: str) -> bool:
         """Commit the applied kernel on top of the base in a throwaway worktree and force-push it
         to the bot's branch; False when applying it changes nothing (already on the base)."""
         git = _gitpython()
@@ -278,9 +290,8 @@ class Bot:
         _gitpython()  # the bot's extra is checked before any target, so a CI job learns it on its first run
         if not self.dry_run:
             pygithub()
-        targets = self.report.get("targets") or []
-        todo = [(t, why_not(t)) for t in targets]
-        outcomes = [Outcome(t.get("id", "?"), "skipped", why) for t, why in todo if why]
+        todo = [(t, why_not(t)) for t in self.report.targets]
+        outcomes = [Outcome(t.id, "skipped", why) for t, why in todo if why]
         ready = [t for t, why in todo if not why]
         if not ready:
             return outcomes
@@ -291,15 +302,15 @@ class Bot:
         down: str | None = None
         for t in ready:
             if down:  # GitHub is unavailable: the other targets would fail the same way
-                outcomes.append(Outcome(t["id"], "skipped", "not tried: GitHub is unavailable (see above)"))
+                outcomes.append(Outcome(t.id, "skipped", "not tried: GitHub is unavailable (see above)"))
                 continue
             try:
                 outcomes.append(self._one(repo, owner, t))
             except GitHubUnavailable as e:
                 down = str(e)
-                outcomes.append(Outcome(t["id"], "failed", down))
+                outcomes.append(Outcome(t.id, "failed", down))
             except MaxcodeError as e:
-                outcomes.append(Outcome(t["id"], "failed", str(e)))
+                outcomes.append(Outcome(t.id, "failed", str(e)))
         if not self.dry_run and not down:
             memory.write_record(self.root, self.repo_name, self.base, self.suppressed)
         return outcomes
@@ -315,41 +326,41 @@ class Bot:
         except (github.GithubException, OSError) as e:
             raise error(e, f"looking up the pull requests for {branch}", self.token, self.timeout) from None
 
-    def _one(self, repo: Any, owner: str, t: dict[str, Any]) -> Outcome:
+    def _one(self, repo: Any, owner: str, t: TargetResult) -> Outcome:
         source, kernel_hash = _kernel(t, self.root)
         accepted = self.accepted(t)
         if accepted and accepted.kernel_hash == hashlib.sha256(source.encode()).hexdigest():
-            return Outcome(t["id"], "skipped", f"this kernel is already accepted on {self.base}")
+            return Outcome(t.id, "skipped", f"this kernel is already accepted on {self.base}")
         accepted = accepted.measured_in(t) if accepted else None
         nums = pr_body.numbers(t, accepted)
         if accepted and (held := below_accepted(nums, self.replace_margin)):
-            return Outcome(t["id"], "skipped", held)
-        branch = branch_for(t["id"])
-        kernel_path = written_paths(t)[0] if is_program(t) else f"{KERNELS_DIR}/{t['id']}{EXTENSIONS[t['best']['lang']]}"
+            return Outcome(t.id, "skipped", held)
+        branch = branch_for(t.id)
+        kernel_path = written_paths(t)[0] if is_program(t) else f"{KERNELS_DIR}/{t.id}{EXTENSIONS[_best(t).lang]}"
         where = pr_body.Where(branch, kernel_path, kernel_hash, self.project_dir(), self.remote, self.base)
-        machine = self.report.get("machine") or {}
+        machine = self.report.machine
         title = pr_body.title(t, machine, nums)
         text = pr_body.body(t, self.report, source=source, where=where, accepted=accepted, nums=nums,
                             reference_hash=self.reference_hash(t))
         if self.dry_run:
-            return Outcome(t["id"], "would open or update", f"branch {branch} onto {self.base}\n\n# {title}\n\n{text}")
+            return Outcome(t.id, "would open or update", f"branch {branch} onto {self.base}\n\n# {title}\n\n{text}")
         closed, open_prs = self._pulls(repo, owner, branch)
         # an open PR is the bot's current proposal, reviewed or not: it is kept up to date whatever was closed before it
         held_back = None if open_prs else memory.suppression(
-            t["id"], kernel_hash=kernel_hash, reference=self.reference_hash(t), low=nums.low,
-            found=memory.rejections(closed, t["id"]), margin=self.reject_margin)
+            t.id, kernel_hash=kernel_hash, reference=self.reference_hash(t), low=nums.low,
+            found=memory.rejections(closed, t.id), margin=self.reject_margin)
         if held_back:
             self.suppressed.append(held_back)
-            return Outcome(t["id"], "skipped", f"{held_back.why}; to lift it: {held_back.lift}")
+            return Outcome(t.id, "skipped", f"{held_back.why}; to lift it: {held_back.lift}")
         message = pr_body.commit_message(t, machine, nums, kernel_hash, accepted)
         same = bool(open_prs) and (pr_body.parse_marker(open_prs[0].body) or ("", ""))[1] == kernel_hash
         # the same kernel and numbers again: keep the commit (and the review comments anchored to it);
         # new numbers get a new commit of the same tree, so the commit message never quotes old ones
         if not (same and self._branch_message(branch) == message) and not self.push_branch(t, branch, message):
-            return Outcome(t["id"], "skipped", f"this kernel is already on {self.base}")
+            return Outcome(t.id, "skipped", f"this kernel is already on {self.base}")
         action, url = self._open_or_update(repo, open_prs, branch, title, text)
         replaces = f", replaces the accepted {nums.accepted:.3g}x" if nums.accepted else ""
-        return Outcome(t["id"], action, f"{nums.x}{replaces}, kernel {kernel_hash}", url)
+        return Outcome(t.id, action, f"{nums.x}{replaces}, kernel {kernel_hash}", url)
 
     def _open_or_update(self, repo: Any, open_prs: list[Any], branch: str, title: str, text: str) -> tuple[str, str]:
         """The open pull request from ``branch`` edited to this title and text, else a new one;

@@ -6,6 +6,10 @@ Safe to render: every text that came from a model, a compiler or a test run is e
 (:func:`text`) or fenced (:func:`fence`, :func:`code`), with fences longer than any backtick run
 in what they hold, so a kernel's comment cannot close its code block and write the rest of the
 page. The title, the body and the commit message quote the numbers of one :class:`Numbers`.
+
+The bot hands these functions its typed :class:`TargetResult` and :class:`Report`; like the
+report's own renderers they read the report's JSON (what :func:`as_json` turns them into), so a
+hand-written or partial target still renders.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..apply import is_program
+from ..errors import MaxcodeError
 from ..model.report import (
     BenchmarkResult,
     Evaluation,
+    Report,
     SearchSummary,
+    TargetResult,
     Timing,
     WorkloadResult,
     row_of,
@@ -35,6 +42,14 @@ LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
 FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}
 MAX_SOURCE_CHARS = 60_000  # GitHub caps a PR body at 65536 characters
 MAX_REPLACED_CHARS = 20_000  # a replacement shows two sources and a diff within the same cap
+
+#: a target as the bot holds it, or as the report's JSON holds it
+Target = TargetResult | Mapping[str, Any]
+
+
+def as_json(t: TargetResult | Report | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A target or report as the published JSON this renderer reads."""
+    return t.to_json() if isinstance(t, (TargetResult, Report)) else t
 
 
 @dataclass(frozen=True)
@@ -60,11 +75,12 @@ class Accepted:
         fmt = "compat" if self.lang == "py" else "native"
         return hashlib.sha256(f"{fmt}\0{self.lang}\0{self.source}".encode()).hexdigest()
 
-    def measured_in(self, t: Mapping[str, Any]) -> Accepted:
+    def measured_in(self, t: Target) -> Accepted:
         """This kernel with the figures the report's search measured for it, where it did: its
         own node (origin ``accepted:``, the same source), correct and timed in that run (a figure
         resumed from the store was measured on another day, perhaps on another machine)."""
-        for row in rows_of(Evaluation, t.get("trajectory")):
+        trajectory = t.trajectory if isinstance(t, TargetResult) else rows_of(Evaluation, t.get("trajectory"))
+        for row in trajectory:
             if (row.origin == f"accepted:{self.kernel}" and row.hash == self.candidate_hash and not row.resumed
                     and row.status in ("faster", "not_faster") and row.speedup):
                 return replace(self, run_speedup=float(row.speedup), run_ci=interval(row.speedup_ci))
@@ -103,8 +119,13 @@ def interval(ci: Sequence[Any] | None) -> tuple[float, float] | None:
     return (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 else None
 
 
-def numbers(t: Mapping[str, Any], accepted: Accepted | None = None) -> Numbers:
-    own = float(t["speedup"]), interval(t.get("speedup_ci"))
+def numbers(t: Target, accepted: Accepted | None = None) -> Numbers:
+    if isinstance(t, TargetResult):
+        if t.speedup is None:
+            raise MaxcodeError(f"{t.id}: the report quotes no speedup for it; run pytest --maxcode again")
+        own = float(t.speedup), interval(t.speedup_ci)
+    else:
+        own = float(t["speedup"]), interval(t.get("speedup_ci"))
     if accepted is None:
         return Numbers(*own)
     here = accepted.run_speedup is not None
@@ -183,17 +204,19 @@ def _lang(t: Mapping[str, Any]) -> str:
     return "C++ program" if is_program(t) else LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
 
 
-def title(t: Mapping[str, Any], machine: Mapping[str, Any], nums: Numbers | None = None) -> str:
+def title(t: Target, machine: Mapping[str, Any], nums: Numbers | None = None) -> str:
     nums = nums or numbers(t)
+    t = as_json(t)
     where = f"({_lang(t)}, {' '.join(_device(t, machine).split())[:40]})"
     if nums.accepted:
         return f"⚡ Replace the accepted kernel of {t['id']}: {nums.accepted:.3g}x -> {nums.x} {where}"
     return f"⚡ Speed up {t['id']} {nums.x} {where}"
 
 
-def commit_message(t: Mapping[str, Any], machine: Mapping[str, Any], nums: Numbers, kernel_hash: str,
+def commit_message(t: Target, machine: Mapping[str, Any], nums: Numbers, kernel_hash: str,
                    accepted: Accepted | None = None) -> str:
     """The bot's commit message: the title's numbers and nothing a later run could contradict."""
+    t = as_json(t)
     interval = f" (95% CI {nums.interval})" if nums.ci else ""
     lines = [title(t, machine, nums), "",
              f"Kernel {kernel_hash} for {t['id']}, verified by pytest-maxcode: {nums.x}{interval} over the original."]
@@ -236,7 +259,7 @@ def ci_text(ci: Sequence[float] | None) -> str:
     return f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""
 
 
-def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where: Where | None = None,
+def body(t: Target, report: Report | Mapping[str, Any], *, source: str, where: Where | None = None,
          accepted: Accepted | None = None, nums: Numbers | None = None, reference_hash: str = "",
          kernel_path: str = "", kernel_hash: str = "", branch: str = "") -> str:
     """The pull request's text: the speedup by workload, the warnings, the user's benchmarks and
@@ -248,6 +271,7 @@ def body(t: Mapping[str, Any], report: Mapping[str, Any], *, source: str, where:
     :class:`Where`; all but the target and the report are keyword-only."""
     where = where or Where(branch, kernel_path, kernel_hash)
     nums = nums or numbers(t, accepted)
+    t, report = as_json(t), as_json(report)
     best = t.get("best") or {}
     lang = str(best.get("lang"))
     ref = t.get("reference") or {}
@@ -403,9 +427,10 @@ def _source(t: Mapping[str, Any], source: str, kernel_path: str, lang: str, acce
             *_details("What changed (diff, accepted -> new)", fence(_cap(diff, MAX_REPLACED_CHARS), "diff"))]
 
 
-def check_commands(t: Mapping[str, Any], where: Where) -> list[str]:
+def check_commands(t: Target, where: Where) -> list[str]:
     """The commands of "Check it yourself", runnable as written from the repository root in
     bash or zsh: the branch, then ``cd`` into the project, then the tests (ids shell-quoted)."""
+    t = as_json(t)
     q = shlex.quote
     rerun = [str(n) for n in (t.get("tests") or {}).get("rerun") or []][:3]
     out = [f"git fetch {q(where.remote)} {q(where.branch)} && git checkout {q(where.branch)}"]
@@ -417,7 +442,7 @@ def check_commands(t: Mapping[str, Any], where: Where) -> list[str]:
     return out
 
 
-def check_it(t: Mapping[str, Any], where: Where) -> list[str]:
+def check_it(t: Target, where: Where) -> list[str]:
     steps = ["check out this branch"] + (["go to the project's folder"] if where.project_dir not in ("", ".") else [])
     if not is_program(t):
         steps += ["see that the kernel is active on this machine", "run your tests with it"]
