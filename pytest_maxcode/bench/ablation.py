@@ -19,12 +19,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import MaxcodeError
+from ..model.report import Evaluation, SearchSummary, row_of, rows_of
 from ..report import curves_svg
 
 OBSERVATIONS = ("feedback", "trajectory", "best", "trajectory+critique+best")
@@ -78,28 +79,30 @@ def settings_grid(observations: Sequence[str], reranks: Sequence[str]) -> list[S
     return grid
 
 
-def curve_of(report: dict[str, Any], budget: int) -> tuple[list[float], dict[str, Any]]:
-    """The run's best-verified-speedup curve over ``budget`` evaluations, and its totals."""
+def curve_of(report: Mapping[str, Any], budget: int) -> tuple[list[float], dict[str, Any]]:
+    """The run's best-verified-speedup curve over ``budget`` evaluations, and its totals. ``report``
+    is a run's report.json as read (a target's rows are read as the renderers read them, by type)."""
     per_target = []
     totals = {"targets": 0, "faster": 0, "evaluations": 0, "llm_calls": 0, "tokens": 0, "cost_usd": 0.0}
     for t in report.get("targets", []):
-        traj = t.get("trajectory") or []
-        search = t.get("search") or {}
-        if not traj and not search:
+        traj = rows_of(Evaluation, t.get("trajectory"))
+        search = row_of(SearchSummary, t.get("search")) if t.get("search") else None  # an empty one is none
+        if not traj and search is None:
             continue  # skipped target: nothing was searched
         best, curve = 1.0, []
         for item in traj[:budget]:
-            if item.get("status") == "faster" and item.get("speedup"):
-                best = max(best, float(item["speedup"]))
+            if item.status == "faster" and item.speedup:
+                best = max(best, float(item.speedup))
             curve.append(best)
         curve += [best] * (budget - len(curve))  # a search that stopped early keeps its best
         per_target.append(curve)
         totals["targets"] += 1
         totals["faster"] += t.get("status") == "faster"
         totals["evaluations"] += len(traj)
-        totals["llm_calls"] += int(search.get("llm_calls") or 0)
-        totals["tokens"] += int(search.get("tokens") or 0)
-        totals["cost_usd"] += float(search.get("cost_usd") or 0.0)
+        if search is not None:
+            totals["llm_calls"] += int(search.llm_calls or 0)
+            totals["tokens"] += int(search.tokens or 0)
+            totals["cost_usd"] += float(search.cost_usd or 0.0)
     if not per_target:
         return [], totals
     combined = [math.exp(sum(math.log(c[i]) for c in per_target) / len(per_target)) for i in range(budget)]
