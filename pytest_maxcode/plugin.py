@@ -48,7 +48,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
     session = config.pluginmanager.get_plugin("maxcode-session")
     if session is None:
         return
-    if session.report is not None:
+    if session.report is not None and session.report_json is not None:
         # rich and the report load only to print a run's report: keeps start-up fast
         from rich.console import Console
 
@@ -56,7 +56,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
 
         buf = io.StringIO()
         width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 80)
-        render_terminal(session.report, Console(file=buf, width=max(40, width), force_terminal=False))
+        render_terminal(session.report_json, Console(file=buf, width=max(40, width), force_terminal=False))
         terminalreporter.write_sep("=", "maxcode")
         terminalreporter.write(buf.getvalue())
         for kind, path in session.report_paths.items():
@@ -64,7 +64,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         # the search layer, loaded by a --maxcode run only: keeps start-up fast
         from .search.policy import without_model_note
 
-        searched = [t["id"] for t in session.report.get("targets", []) if t.get("status") != "skipped"]
+        searched = [t.id for t in session.report.targets if t.status != "skipped"]
         note = without_model_note(session.root, session.policy_name, searched)
         if note:
             terminalreporter.write_line(note)

@@ -37,6 +37,7 @@ from .model.report import (
     TargetResult,
     TargetStatus,
     WorkloadResult,
+    parse_report,
 )
 from .model.search import NodeRow
 from .model.verdict import Verdict
@@ -76,7 +77,10 @@ class MaxcodeSession:
         self.settings = settings
         self.root = Path(config.rootpath)
         self.recorder = Recorder()
-        self.report: dict[str, Any] | None = None
+        #: the run's report, as ``report_json`` reads (what apply and the terminal summary read)
+        self.report: Report | None = None
+        #: the report's JSON after the ``pytest_maxcode_report`` hooks: what report.json holds, and the renderers read
+        self.report_json: dict[str, Any] | None = None
         self.report_paths: dict[str, Path] = {}
         self._say_lock = threading.Lock()
         self._oracle_lock = threading.Lock()
@@ -224,9 +228,10 @@ class MaxcodeSession:
             # a filtered or interrupted run keeps the previous report's other targets
             targets=self._merged(targets) if self.settings.target or self.interrupted is not None else targets,
         )
-        self.report = self._published(report)
+        self.report_json = self._published(report)
+        self.report = self._read_back(self.report_json, report)
         out = self.root / ".maxcode" / "reports"
-        self.report_paths = write_reports(self.report, out)
+        self.report_paths = write_reports(self.report_json, out)
         if self.settings.json_path:
             dest = self.root / self.settings.json_path
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -262,15 +267,25 @@ class MaxcodeSession:
             self._say(f"the report does not match its schema ({errors[0]}); a pytest_maxcode_report hook may have changed it")
         return data
 
+    def _read_back(self, data: dict[str, Any], built: Report) -> Report:
+        """The published JSON as a :class:`Report`, so what is applied is what was written; where a
+        hook left it unreadable, one line says so and the report as built stands in."""
+        try:
+            return parse_report(data, "the report after the pytest_maxcode_report hooks")
+        except MaxcodeError as e:
+            self._say(str(e))
+            return built
+
     def _merged(self, targets: list[TargetResult]) -> list[TargetResult]:
-        """A filtered run's targets over the previous report's: the others are kept as they were."""
+        """A filtered run's targets over the previous report's: the others are kept as they were
+        (none where it is missing or malformed)."""
         path = self.root / ".maxcode" / "reports" / "report.json"
         try:
-            previous = json.loads(path.read_text()).get("targets") or []
-            fresh = {t.id for t in targets}
-            kept = [TargetResult.from_json(t) for t in previous if isinstance(t, dict) and t.get("id") not in fresh]
-        except (OSError, ValueError, AttributeError, TypeError):
+            previous = parse_report(json.loads(path.read_text()), str(path))
+        except (OSError, ValueError, MaxcodeError):
             return targets
+        fresh = {t.id for t in targets}
+        kept = [t for t in previous.targets if t.id not in fresh]
         return sorted(kept + targets, key=lambda t: str(t.id))
 
     def _optimize_all(self) -> list[TargetResult]:
