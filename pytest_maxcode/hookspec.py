@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    import pytest
+
     from .options import Settings
+    from .search.policy import TargetInfo
     from .search.state import Node, Proposal, SearchState
     from .search.strategy import Ask, Proposer, Strategy
 
@@ -42,7 +45,7 @@ def pytest_maxcode_strategy(name: str, settings: Settings) -> Strategy | None:
 
 
 @hookspec(firstresult=True)
-def pytest_maxcode_policy(name: str, target: Any, settings: Settings) -> Proposer | None:
+def pytest_maxcode_policy(name: str, target: TargetInfo | None, settings: Settings) -> Proposer | None:
     """Return the proposer for ``--maxcode-policy=name`` (an object with ``name`` and
     ``propose(state, asks) -> list[Proposal]``), or None. ``target`` is a
     ``pytest_maxcode.search.policy.TargetInfo`` (None while the run checks the name at
@@ -57,7 +60,7 @@ def pytest_maxcode_policy(name: str, target: Any, settings: Settings) -> Propose
 
 
 @hookspec
-def pytest_maxcode_propose(target: Any, state: SearchState, asks: list[Ask]) -> list[Proposal | str] | None:
+def pytest_maxcode_propose(target: TargetInfo, state: SearchState, asks: list[Ask]) -> list[Proposal | str] | None:
     """Offer candidates of your own for this round, before the policy's. Return a list of
     ``Proposal`` objects or of source texts (in the target's language), at most
     ``len(asks)`` in all; the policy fills the rest. Each becomes a node like any other.
@@ -71,7 +74,7 @@ def pytest_maxcode_propose(target: Any, state: SearchState, asks: list[Ask]) -> 
 
 
 @hookspec
-def pytest_maxcode_evaluation(target: Any, node: Node) -> None:
+def pytest_maxcode_evaluation(target: TargetInfo, node: Node) -> None:
     """Called once per finished evaluation (``node.verdict``, ``node.reward``,
     ``node.parent``): log it, stream it to a dashboard, collect rewards for training.
 
@@ -83,7 +86,7 @@ def pytest_maxcode_evaluation(target: Any, node: Node) -> None:
 
 
 @hookspec
-def pytest_maxcode_report(report: dict[str, Any], config: Any) -> None:
+def pytest_maxcode_report(report: dict[str, Any], config: pytest.Config) -> None:
     """Add to the run's report before it is written (pytest-benchmark's ``update_json``
     pattern): ``report`` is the JSON that ``report.json`` will hold, ``config`` pytest's.
     Add keys of your own (top level, or in a target's entry); the published schema allows
