@@ -68,7 +68,7 @@ class Quote:
                    t.reference.file if t.reference else None)
 
     @classmethod
-    def read(cls, row: Any) -> Quote | None:
+    def read(cls, row: object) -> Quote | None:
         """A row of a report on disk, read as ``maxcode status`` and ``show`` read it: as much as it
         says (a hand-written row without a status still offers its command); None where it has no id."""
         if not isinstance(row, Mapping) or not isinstance(row.get("id"), str):
