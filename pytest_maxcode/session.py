@@ -30,6 +30,7 @@ from .model.report import (
     CandidateCounts,
     Evaluation,
     Measurement,
+    ReferenceInfo,
     Remeasure,
     Report,
     RerunResult,
@@ -431,8 +432,10 @@ class MaxcodeSession:
         entry.kind = "program"
         if entry.range_limited:
             entry.accept_range_limited = accepts_range_limited(program.id, None, self.settings.accept_range_limited)
-        entry.reference = {"program": True, "file": program.source.as_posix(), "testcases": program.testcases.as_posix(),
-                           "hash": sha256_text(result.state.reference_source)}
+        # from_json: the row holds these keys only, as a program's reference always has
+        entry.reference = ReferenceInfo.from_json({"program": True, "file": program.source.as_posix(),
+                                                   "testcases": program.testcases.as_posix(),
+                                                   "hash": sha256_text(result.state.reference_source)})
         if entry.status == TargetStatus.FASTER:
             with self._oracle_lock:
                 self._verify_program(program, entry)
@@ -520,7 +523,8 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     entry.candidates = CandidateCounts(len(state.trajectory), len(correct), sum(v.status == "faster" for v in correct), failed)
     entry.stop_reason, entry.device = result.stop_reason, result.device
     entry.arch = cuda_arch() if entry.device == "cuda" else platform.machine()
-    entry.reference = {"module": result.target.module, "qualname": result.target.qualname, "file": str(result.target.source_file.resolve().relative_to(root.resolve()))}
+    entry.reference = ReferenceInfo.from_json({"module": result.target.module, "qualname": result.target.qualname,
+                                               "file": str(result.target.source_file.resolve().relative_to(root.resolve()))})
     if result.error:
         entry.status, entry.reason = TargetStatus.FAILED, result.error
         return entry
