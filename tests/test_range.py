@@ -99,6 +99,24 @@ def test_only_discrete_inputs_give_no_range_sets() -> None:
     assert range_sets([torch.tensor([0.0, 1.0] * 50), torch.zeros(10, dtype=torch.bool), 3], seed=0) == []
 
 
+def test_complex_inputs_are_scaled_and_discrete_ones_left_as_captured() -> None:
+    # torch has no unique for complex tensors: before the (real, imag) pairs, a complex input
+    # ended the reference job
+    wave, levels = torch.randn(8, 8, dtype=torch.complex64), torch.tensor([1 + 1j, 2j] * 10)
+    sets = dict(range_sets([wave, levels], seed=0))
+    assert sorted(sets) == ["x1e-3", "x1e3"]
+    assert torch.allclose(sets["x1e3"][0], wave * 1e3) and sets["x1e3"][1] is levels
+
+
+def test_a_large_spread_tensor_is_continuous_and_a_large_mask_discrete() -> None:
+    # past the sample the full count decides: few distinct values far apart are still levels
+    levels = torch.tensor([0.0, 0.5, 1.0]).repeat(10_000)
+    spread = torch.randn(20_000)
+    for label, values in range_sets([levels, spread], seed=0):
+        assert values[0] is levels, label
+    assert len(range_sets([levels, spread], seed=0)) == len(LABELS) - 1  # every label but int-edges
+
+
 def test_deterministic_given_the_seed() -> None:
     def bits(sets: list[tuple[str, list]]) -> list[tuple[str, list[bytes]]]:
         return [(label, [v.contiguous().view(torch.uint8).numpy().tobytes() for v in values if isinstance(v, torch.Tensor)])

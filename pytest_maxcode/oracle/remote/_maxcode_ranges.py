@@ -48,6 +48,8 @@ _SHIFT = {"float16": 1e2, "bfloat16": 1e2, "float32": 1e1, "float64": 1e5}
 #: at most this many positions per tensor get a special value (overflowing sums of several
 #: max values depend on the order of summation; one per tensor does not)
 _SPRINKLE_MAX = 16
+#: values sampled before a full count of a tensor's distinct values
+_SAMPLE = 4096
 
 
 def _dtype_name(t) -> str:
@@ -61,8 +63,19 @@ def _discrete(t) -> bool:
     n = t.numel()
     if n == 0:
         return True
-    distinct = torch.unique(t.detach().reshape(-1)).numel()
-    return distinct <= DISCRETE_VALUES and distinct * 2 <= n
+    flat = t.detach().reshape(-1)
+    if flat.is_complex():  # torch has no unique for complex: the (real, imag) pairs instead
+        flat = torch.view_as_real(flat)
+
+    def distinct(values) -> int:
+        return torch.unique(values, dim=0).size(0) if values.dim() > 1 else torch.unique(values).numel()
+
+    # a spread sample with more distinct values than a discrete tensor has settles it without
+    # sorting the whole tensor (seconds for 16M values; the range sets are made before any check)
+    if n > _SAMPLE and distinct(flat[:: n // _SAMPLE]) > DISCRETE_VALUES:
+        return False
+    found = distinct(flat)
+    return found <= DISCRETE_VALUES and found * 2 <= n
 
 
 def _rng(seed: int, label: str, index: int) -> random.Random:
@@ -75,8 +88,24 @@ def _positions(n: int, count: int, rng: random.Random) -> list[int]:
 
 def _like(v, values):
     """``values`` (float64 or int64, ``v``'s shape) in ``v``'s dtype, strides and device."""
-    out = v.detach().clone()  # a dense tensor keeps its strides (a transposed input stays transposed)
-    out.copy_(values.reshape(v.shape).to(v.dtype))
+    out = torch.empty_like(v)  # a dense tensor keeps its strides (a transposed input stays transposed)
+    out.copy_(values.reshape(v.shape))
+    return out
+
+
+def _sprinkled(v, positions: list[int], values: list):
+    """A copy of ``v`` with ``values`` (cycled) at the row-major ``positions``: only those
+    elements are written, in ``v``'s dtype as a conversion from float64 would give them."""
+    out = v.detach().clone()
+    if not positions:
+        return out
+    idx = torch.tensor(positions, dtype=torch.int64)
+    new = torch.tensor([values[k % len(values)] for k in range(len(positions))], dtype=torch.float64 if
+                       out.is_floating_point() else torch.int64).to(out.dtype)
+    if out.is_contiguous():
+        out.view(-1)[idx.to(out.device)] = new.to(out.device)
+    else:
+        out[tuple(i.to(out.device) for i in torch.unravel_index(idx, out.shape))] = new.to(out.device)
     return out
 
 
@@ -90,25 +119,30 @@ def _float_variant(v, label: str, seed: int, index: int):
     name = _dtype_name(v)
     if name not in _LARGE:
         return None
+    if label.startswith("special:"):
+        return _special(v, label, seed, index)
     bound = _LARGE[name]
-    flat = v.detach().to(torch.float64).reshape(-1).clone()
-    finite = torch.isfinite(flat)
-    peak = float(flat[finite].abs().max()) if bool(finite.any()) else 0.0
+    flat = v.detach().to(torch.float64).reshape(-1)  # every operation below makes a new tensor
     if label in ("x1e3", "x1e-3"):
         return _like(v, (flat * dict(SCALES)[label]).clamp_(-bound, bound))
+    finite = torch.isfinite(flat)  # a mask, not a selection: selecting 16M values takes a second
+    peak = float(torch.where(finite, flat.abs(), 0.0).max()) if flat.numel() else 0.0
     if label == "large":
         if peak == 0.0:
             return None
         return _like(v, (flat * (bound / peak)).clamp_(-bound, bound))
     if label == "shift":
         # away from zero, on the side the values already are (a positive-only input stays positive)
-        negative = bool((flat[finite] <= 0).all()) and bool((flat[finite] < 0).any())
+        negative = bool(((flat <= 0) | ~finite).all()) and bool(((flat < 0) & finite).any())
         offset = (peak or 1.0) * _SHIFT[name] * (-1.0 if negative else 1.0)
         return _like(v, (flat + offset).clamp_(-bound, bound))
-    if not label.startswith("special:"):
-        return None
+    return None
+
+
+def _special(v, label: str, seed: int, index: int):
+    """The captured values with a sprinkling of ``label``'s special value at seeded positions."""
     info = torch.finfo(v.dtype)
-    n = flat.numel()
+    n = v.numel()
     rng = _rng(seed, label, index)
     if label == "special:max":
         # one per tensor: max and min in one sum cancel differently in each summation order
@@ -122,21 +156,16 @@ def _float_variant(v, label: str, seed: int, index: int):
             "special:nan": [float("nan")],
         }[label]
         count = max(len(values), min(_SPRINKLE_MAX, n // 100))
-    for k, pos in enumerate(_positions(n, count, rng)):
-        flat[pos] = values[k % len(values)]
-    return _like(v, flat)
+    return _sprinkled(v, _positions(n, count, rng), values)
 
 
 def _int_variant(v, seed: int, index: int):
     """A continuous integer tensor with a sprinkling of its captured min, max and 0."""
-    flat = v.detach().to(torch.int64).reshape(-1).clone()
-    lo, hi = int(flat.min()), int(flat.max())
+    lo, hi = int(v.min()), int(v.max())
     values = [lo, hi, 0]
-    n = flat.numel()
+    n = v.numel()
     count = max(len(values), min(_SPRINKLE_MAX, n // 100))
-    for k, pos in enumerate(_positions(n, count, _rng(seed, "int-edges", index))):
-        flat[pos] = values[k % len(values)]
-    return _like(v, flat)
+    return _sprinkled(v, _positions(n, count, _rng(seed, "int-edges", index)), values)
 
 
 def range_sets(captured: list, seed: int) -> list[tuple[str, list]]:
