@@ -702,6 +702,9 @@ class Oracle:
             v.status = "timeout"
             limit = first_timeout if "load" in str(e) else timeout
             v.reasons = [f"did not finish within {limit:.0f} s (during {e})"]
+            if "(reference)" in str(e):  # the time ran out in the reference's calls, not the candidate's
+                v.reasons.append("the limit covers every input set and the timing of both sides: a large workload "
+                                 "may need a longer `timeout` setting")
         except ChildGone as e:
             v.status = "crash"
             v.reasons = [f"the worker died during {e}"]
