@@ -39,6 +39,7 @@ from .model.report import (
     TargetStatus,
     WorkloadResult,
     parse_report,
+    parse_target,
 )
 from .model.search import NodeRow
 from .model.verdict import Verdict
@@ -278,15 +279,23 @@ class MaxcodeSession:
             return built
 
     def _merged(self, targets: list[TargetResult]) -> list[TargetResult]:
-        """A filtered run's targets over the previous report's: the others are kept as they were
-        (none where it is missing or malformed)."""
+        """A filtered run's targets over the previous report's: the others are kept as they were,
+        each one that still reads; one line names any that does not (it is not carried over)."""
         path = self.root / ".maxcode" / "reports" / "report.json"
         try:
-            previous = parse_report(json.loads(path.read_text()), str(path))
-        except (OSError, ValueError, MaxcodeError):
+            rows = json.loads(path.read_text()).get("targets")
+        except (OSError, ValueError, AttributeError):
             return targets
         fresh = {t.id for t in targets}
-        kept = [t for t in previous.targets if t.id not in fresh]
+        kept = []
+        for row in rows if isinstance(rows, list) else []:
+            try:
+                target = parse_target(row, str(path))
+            except MaxcodeError as e:
+                self._say(f"{e}: that earlier target is left out of this report")
+                continue
+            if target.id not in fresh:
+                kept.append(target)
         return sorted(kept + targets, key=lambda t: str(t.id))
 
     def _optimize_all(self) -> list[TargetResult]:

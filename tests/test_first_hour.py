@@ -210,8 +210,14 @@ def test_a_filtered_run_merges_into_the_report(pytester: pytest.Pytester) -> Non
     path = pytester.path / ".maxcode" / "reports" / "report.json"
     before = {t["id"]: t for t in json.loads(path.read_text())["targets"]}
     assert sorted(before) == ["mylib.double", "mylib.shift"]
+    # a target that no longer reads (edited by hand, written by a newer version) is named and
+    # left out; the others are still carried over
+    data = json.loads(path.read_text())
+    data["targets"].append({"id": "mylib.gone", "status": "great"})
+    path.write_text(json.dumps(data))
     second = run(pytester, "--maxcode", "--maxcode-target=mylib.double")
     assert second.ret == 0, output(second)[-3000:]
+    assert "unknown target status 'great'" in output(second) and "left out of this report" in output(second)
     after = {t["id"]: t for t in json.loads(path.read_text())["targets"]}
     assert sorted(after) == ["mylib.double", "mylib.shift"]
     assert after["mylib.shift"] == before["mylib.shift"]  # not selected: kept as it was
