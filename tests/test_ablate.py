@@ -97,6 +97,7 @@ def test_curves_count_only_verified_speedups_and_combine_targets_by_geomean() ->
     # target 1: 1, 1, 4, 4; target 2: 1 (a 1.0x "faster" is no gain) held to the budget
     assert curve == pytest.approx([1.0, 1.0, 2.0, 2.0])
     assert totals["targets"] == 2 and totals["llm_calls"] == 4 and totals["evaluations"] == 4
+    assert totals["faster"] == 1  # the verified one; the failed one's 1.0x is no faster target
 
 
 def test_summary_rows_average_seeds_and_the_table_shows_spread() -> None:
