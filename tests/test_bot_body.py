@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -117,6 +118,28 @@ def test_inline_code_and_fences_outlast_the_content() -> None:
     for text in ("````", "~~~\n```", "plain"):
         (tok,) = [t for t in render("\n".join(pr_body.fence(text, "cpp"))) if t.type == "fence"]
         assert tok.content == text + "\n"
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="needs zsh (apt-get install zsh; .ci/run installs it)")
+def test_the_check_it_yourself_commands_pass_the_test_ids_intact_in_zsh(tmp_path: Path, fake_github: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # zsh reads an unquoted [512] as a glob and stops with "no matches found": each command line
+    # runs in zsh with pytest and maxcode as functions that print the arguments they were given
+    for k, v in {"GITHUB_TOKEN": github_fake.FAKE_GH_TOKEN, "GITHUB_API_URL": fake_github.url,
+                 "MAXCODE_GITHUB_WRITE_INTERVAL": "0"}.items():
+        monkeypatch.setenv(k, v)
+    r = make_repo(tmp_path / "r", subfolder="my proj")
+    (outcome,) = Bot(r.project, r.report(tune(0), 3.0, (2.7, 3.3)), repo_name="acme/mylib", base=None).run()
+    (pr,) = fake_github.pulls.values()
+    (block,) = [tok for tok in render(pr["body"]) if tok.type == "fence" and tok.info == "sh" and "git fetch" in tok.content]
+    lines = [line for line in block.content.splitlines() if line.startswith(("pytest ", "maxcode "))]
+    assert any("::" in line for line in lines), block.content
+    for line in lines:
+        script = "pytest() { print -rl -- \"$@\"; }; maxcode() { print -rl -- \"$@\"; }; " + line
+        done = subprocess.run(["zsh", "-fc", script], capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, (line, done.stderr)
+        if "::" in line:  # the line that re-runs the tests the kernel was checked with
+            assert done.stdout.splitlines()[-len(TESTS):] == TESTS, (line, done.stdout)
 
 
 def test_the_check_it_yourself_commands_run_from_the_repository_root(tmp_path: Path, fake_github: Any,
