@@ -50,6 +50,8 @@ def scale_(x, alpha):
     return x
 '''
 
+# 64 and 128 rows: two workloads whose slow-on-purpose reference runs and checks cost a quarter of
+# what 256 and 512 cost; the fused seed still wins by far
 TESTS = '''
 import pytest
 import torch
@@ -57,7 +59,7 @@ import torch
 from mylib import fused
 
 
-@pytest.mark.parametrize("rows", [256, 512])
+@pytest.mark.parametrize("rows", [64, 128])
 def test_fused(rows):
     x, b = torch.randn(rows, 1024), torch.randn(1024)
     torch.testing.assert_close(fused(x, b), torch.clamp(2 * x + b, min=0) ** 2 - 0.5)
@@ -156,7 +158,7 @@ def test_run_passes_and_prints_the_summary(applied) -> None:
 def test_capture_records_each_signature(applied) -> None:
     path, _ = applied
     sigs = sorted(torch.load(f, weights_only=True)["signature"] for f in (path / ".maxcode" / "inputs" / "mylib.fused").glob("*.pt"))
-    assert sigs == ["float32[256,1024]@cpu, float32[1024]@cpu", "float32[512,1024]@cpu, float32[1024]@cpu"]
+    assert sigs == ["float32[128,1024]@cpu, float32[1024]@cpu", "float32[64,1024]@cpu, float32[1024]@cpu"]
 
 
 def test_sweep_finds_the_fastest_configuration_and_rejects_the_wrong_seed(applied) -> None:
@@ -180,7 +182,7 @@ def test_best_is_verified_by_the_users_tests(applied) -> None:
     t = target(path, "mylib.fused")
     assert t["status"] == "verified" and t["verified"] is True, t["reason"]
     assert t["tests"]["passed"] is True and t["tests"]["kernel_calls"] >= 2
-    assert set(t["tests"]["rerun"]) == {"test_lib.py::test_fused[256]", "test_lib.py::test_fused[512]"}
+    assert set(t["tests"]["rerun"]) == {"test_lib.py::test_fused[64]", "test_lib.py::test_fused[128]"}
 
 
 def test_target_never_called_is_skipped_with_its_reason(applied) -> None:
