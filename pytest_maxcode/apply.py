@@ -121,6 +121,7 @@ def apply_target(t: TargetResult | Mapping[str, Any], root: Path, source_root: P
         outputs=t.outputs if t.outputs is not None else {},
         returns=t.returns,
         pack=t.pack,
+        module_state=t.module_state,
         range_limited=t.range_limited,
         accept_range_limited=t.accept_range_limited is True,
         build_id=best.build_id or "",

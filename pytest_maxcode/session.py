@@ -63,6 +63,7 @@ from .search.strategies import STRATEGIES
 from .store import Store, damage, default_path, move_aside
 from .targets.capture import Recorder, TargetCapture, signature
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
+from .targets.dispatch import module_state
 from .targets.lock import sha256_text
 from .targets.program import parse_programs
 from .value.model import MODEL_FILE
@@ -424,6 +425,8 @@ class MaxcodeSession:
         result = search_target(info, captured, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, cap.handle.id, cap.callers, self.root, store)
         entry.kind = h.kind
+        if h.kind == "module" and cap.module is not None and entry.best is not None:
+            entry.module_state = module_state(cap.module)
         if entry.range_limited:
             entry.accept_range_limited = accepts_range_limited(h.id, o.accept_range_limited, self.settings.accept_range_limited)
         if entry.status == TargetStatus.FASTER:

@@ -89,6 +89,17 @@ def colmajor(x):
 @maxcode.optimize(lang="cpp")
 def colmajor_unstrided(x):
     return x * 2
+
+
+@maxcode.optimize(lang="cpp")
+class Affine(torch.nn.Module):
+    def __init__(self, n: int = 16):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((n,), 2.0))
+        self.register_buffer("shift", torch.ones(n))
+
+    def forward(self, x):
+        return x * self.scale + self.shift
 '''
 
 HEAD = '#include <dlpack/dlpack.h>\n#include <cstdint>\n#include <immintrin.h>\nextern "C" int maxcode_test_calls = 0;\n'
@@ -154,6 +165,17 @@ COLMAJOR = HEAD + RUN + """  if (n_in != 1 || n_out != 1) return 1;
 }
 """
 SINGLE = TWICE.replace("_mm_load_ps", "_mm_loadu_ps").replace("_mm_store_ps", "_mm_storeu_ps")
+# x * scale + shift for the 16 columns it was verified on: the column count is not read (a kernel
+# written for the verified weights), so another instance's parameters must never reach it
+AFFINE = HEAD + RUN + "  if (n_in != 3 || n_out != 1) return 1;\n  ++maxcode_test_calls;\n" + COUNT + """
+  const float* x = static_cast<const float*>(in[0].data);
+  const float* s = static_cast<const float*>(in[1].data);
+  const float* b = static_cast<const float*>(in[2].data);
+  float* y = static_cast<float*>(out[0].data);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s[i % 16] + b[i % 16];
+  return 0;
+}
+"""
 
 F32 = ["float32", 2, True]
 KERNELS: dict[str, tuple[str, list]] = {
@@ -168,12 +190,14 @@ KERNELS: dict[str, tuple[str, list]] = {
     "colmajor_unstrided": (COLMAJOR, [[["float32", 2, False]]]),  # a lock from before strides were recorded
     "single_locked": (SINGLE, [[["float32", 1, True]]]),
     "mixed": (SINGLE, [[["float32", 1, True]]]),
+    "Affine": (AFFINE, [[F32]]),
 }
 #: what a search's report adds to some entries: the output layouts (so the first call runs the
 #: kernel) and how the reference hands its outputs back
 LOCKED: dict[str, dict[str, Any]] = {
     "single_locked": {"outputs": {"float32[32]": [[[32], "float32"]]}, "pack": "tuple"},
     "mixed": {"outputs": {"float32[32]": [[[32], "float32"]]}, "pack": "other"},
+    "Affine": {"module_state": [["scale", [16], "float32"], ["shift", [16], "float32"]]},
 }
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the kernel uses SSE")
@@ -460,6 +484,28 @@ def test_the_lock_says_how_the_outputs_are_handed_back(lib: ModuleType) -> None:
     for _ in range(3):
         got = served(lib.mixed, x, kernel=False)
         assert type(got[1]) is int
+
+
+def test_a_module_instance_unlike_the_verified_one_is_served_by_the_reference(lib: ModuleType) -> None:
+    """The lock records the verified instance's parameters and buffers; an instance with other
+    shapes or dtypes gets the reference (before, the 16-column kernel ran on a 32-column layer)."""
+
+    def check(m: torch.nn.Module, x: torch.Tensor, kernel: bool) -> None:
+        before = calls(lib.Affine)
+        got = m(x)
+        torch.testing.assert_close(got, x * m.scale + m.shift)
+        assert calls(lib.Affine) == before + int(kernel), "the kernel ran" if not kernel else "the kernel did not run"
+
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        verified = lib.Affine()
+        verified(x)  # the output layout, from the reference
+        check(verified, x, kernel=True)
+        wide, wide_x, double = lib.Affine(32), torch.randn(4, 32), lib.Affine().double()
+        for _ in range(2):  # a first call learns an unseen output layout; the second would run the kernel
+            check(wide, wide_x, kernel=False)  # other shapes
+            check(double, x, kernel=False)  # other dtypes
+        check(verified, x, kernel=True)  # the verified configuration still runs the kernel
 
 
 def test_a_kernel_disabled_or_replaced_while_plans_are_cached(lib: ModuleType) -> None:

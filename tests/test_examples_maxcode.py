@@ -28,7 +28,7 @@ def run_example(name: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess,
     return r, report
 
 
-def test_kernelbench_module_example(tmp_path: Path) -> None:
+def test_kernelbench_module_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     r, report = run_example("kernelbench_module", tmp_path)
     (t,) = report["targets"]
     assert t["id"] == "model.Model"
@@ -41,6 +41,15 @@ def test_kernelbench_module_example(tmp_path: Path) -> None:
     assert t["status"] in ("verified", "no_speedup"), t["reason"]
     if t["status"] == "verified":
         assert t["tests"]["passed"] and t["tests"]["kernel_calls"] >= 1
+    if t.get("best"):  # the configuration its kernel was verified on, which the lock then records
+        import torch
+
+        from pytest_maxcode.targets.dispatch import module_state
+
+        monkeypatch.syspath_prepend(str(tmp_path / "kernelbench_module"))  # the pickled instance's class
+        captured = torch.load(tmp_path / "kernelbench_module" / ".maxcode" / "inputs" / "model.Model" / "module.pt",
+                              weights_only=False)
+        assert t["module_state"] == module_state(captured) and t["module_state"], t.get("module_state")
 
 
 def test_cuda_example_seeds_compile_everywhere(tmp_path: Path) -> None:

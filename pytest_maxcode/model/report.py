@@ -292,7 +292,7 @@ class ReferenceInfo(JsonRow):
 
 #: keys written only when set (the schema does not require them)
 _OPTIONAL = ("kind", "sandbox", "search", "range_limited", "accept_range_limited", "stop_reason", "device", "arch",
-             "reference", "outputs", "signatures", "returns", "pack", "measurement", "remeasure")
+             "reference", "outputs", "signatures", "returns", "pack", "measurement", "remeasure", "module_state")
 
 #: how a function hands back its outputs: one bare tensor, a plain tuple or list of tensors, or
 #: anything else (a scalar, a named tuple), which only the reference reproduces
@@ -331,6 +331,9 @@ class TargetResult:
     #: per workload argument key, the outputs' layouts (what verification compares)
     outputs: dict[str, list[Any]] | None = None
     signatures: list[Any] | None = None
+    #: an nn.Module target's parameters then buffers as verified, ``[name, shape, dtype]`` each:
+    #: the kernel was checked on this configuration only, so the dispatcher serves no other
+    module_state: list[Any] | None = None
     #: an in-place function's return convention ("none", "first", ...)
     returns: str | None = None
     #: how the function hands back its outputs (one of :data:`PACKS`), so the kernel's calls do too

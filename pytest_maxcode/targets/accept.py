@@ -37,6 +37,7 @@ def accept(
     outputs: dict[str, Any] | None = None,
     returns: str | None = None,
     pack: str | None = None,
+    module_state: Sequence[Any] | None = None,
     range_limited: str | None = None,
     accept_range_limited: bool = False,
     build_id: str = "",
@@ -82,6 +83,7 @@ def accept(
             **({"outputs": outputs} if outputs else {}),
             **({"returns": returns} if returns else {}),
             **({"pack": pack} if pack else {}),
+            **({"module_state": [list(s) for s in module_state]} if module_state else {}),
             **({"range_limited": range_limited} if range_limited else {}),
         },
     )

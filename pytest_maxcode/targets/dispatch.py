@@ -138,6 +138,15 @@ def arg_class(v: Any) -> tuple:
     return (type(v).__name__,)
 
 
+def module_state(module: Any) -> list[list[Any]]:
+    """An nn.Module's parameters then buffers in the order the ABI passes them, ``[name, shape,
+    dtype]`` each: the configuration a module kernel was verified on (the lock records it), which
+    an instance must have for the kernel to serve it (a kernel written for 128x128 weights would
+    read a 256x64 layer's wrongly, or past its end)."""
+    return [[n, list(t.shape), str(t.dtype).replace("torch.", "")]
+            for n, t in (*module.named_parameters(), *module.named_buffers())]
+
+
 def _hashable(value: Any) -> Any:
     """A lock's nested lists (a layout's strides) as tuples, to compare with ``arg_class``."""
     return tuple(_hashable(x) for x in value) if isinstance(value, list) else value
@@ -338,7 +347,12 @@ class NativeDispatcher:
         h = self.handle
         if h.kind == "module":
             module, call_args = args[0], args[1:]
-            extras = [p.detach() for _, p in module.named_parameters()] + [b.detach() for _, b in module.named_buffers()]
+            named = [*module.named_parameters(), *module.named_buffers()]
+            other = self._other_module(named)
+            if other:
+                self._fallback(f"module_state:{other}", f"this instance's {other} differs from the verified instance's")
+                return ref(*args)
+            extras = [t.detach() for _, t in named]
         else:
             call_args, extras = args, []
         tensors = [v for v in (*call_args, *extras) if isinstance(v, torch.Tensor)]
@@ -371,6 +385,20 @@ class NativeDispatcher:
             if sig is not None:
                 self.plans[sig] = (meta, pack)
         return outs[0] if pack is None else outs if pack is list else tuple(outs)
+
+    def _other_module(self, named: list[tuple[str, Any]]) -> str | None:
+        """What of a module instance's parameters and buffers differs from the configuration the
+        lock says the kernel was verified on (None: nothing, or an older lock that does not say)."""
+        verified = self.entry.extra.get("module_state")
+        if not verified:
+            return None
+        if len(named) != len(verified):
+            return f"number of parameters and buffers ({len(named)}, verified {len(verified)})"
+        for (name, t), (v_name, v_shape, v_dtype) in zip(named, verified):
+            dtype = str(t.dtype).replace("torch.", "")
+            if name != v_name or list(t.shape) != list(v_shape) or dtype != v_dtype:
+                return f"{name} ({list(t.shape)} {dtype}; verified {v_name} {list(v_shape)} {v_dtype})"
+        return None
 
     def _refused(self, call_args: tuple, tensors: list) -> bool:
         """Whether this call must run the reference (after one warning, unless the cause is the
