@@ -486,15 +486,20 @@ def test_the_lock_says_how_the_outputs_are_handed_back(lib: ModuleType) -> None:
         assert type(got[1]) is int
 
 
+def _module_call(lib: ModuleType, m: torch.nn.Module, x: torch.Tensor, kernel: bool) -> None:
+    """``m(x)`` equals what the module computes, and the kernel ran or not as ``kernel`` says."""
+    before = calls(lib.Affine)
+    got = m(x)
+    torch.testing.assert_close(got, x * m.scale + m.shift)
+    assert calls(lib.Affine) == before + int(kernel), "the kernel ran" if not kernel else "the kernel did not run"
+
+
 def test_a_module_instance_unlike_the_verified_one_is_served_by_the_reference(lib: ModuleType) -> None:
     """The lock records the verified instance's parameters and buffers; an instance with other
     shapes or dtypes gets the reference (before, the 16-column kernel ran on a 32-column layer)."""
 
     def check(m: torch.nn.Module, x: torch.Tensor, kernel: bool) -> None:
-        before = calls(lib.Affine)
-        got = m(x)
-        torch.testing.assert_close(got, x * m.scale + m.shift)
-        assert calls(lib.Affine) == before + int(kernel), "the kernel ran" if not kernel else "the kernel did not run"
+        _module_call(lib, m, x, kernel)
 
     x = torch.randn(4, 16)
     with torch.no_grad():
@@ -506,6 +511,37 @@ def test_a_module_instance_unlike_the_verified_one_is_served_by_the_reference(li
             check(wide, wide_x, kernel=False)  # other shapes
             check(double, x, kernel=False)  # other dtypes
         check(verified, x, kernel=True)  # the verified configuration still runs the kernel
+
+
+def test_a_module_kernel_takes_the_planned_path_and_sees_its_weights_change(lib: ModuleType,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module's calls take the compiled path too (its parameters and buffers are part of the
+    plan's signature), and what the module holds is read afresh: weights changed in place or
+    reassigned, buffers replaced, grad mode turned on."""
+    x = torch.randn(4, 16)
+    m = lib.Affine()
+    with torch.no_grad():
+        m(x)  # the output layout, from the reference (or the lock)
+        m(x)  # every check, then the kernel: a plan for this signature
+    impl = lib.Affine.maxcode._impl  # type: ignore[attr-defined]
+    assert impl.fast is not None and impl.plans, "no plan for the module's calls"
+    checked = []
+    real = impl._checked
+    monkeypatch.setattr(impl, "_checked", lambda *a: checked.append(1) or real(*a))
+    with torch.no_grad():
+        _module_call(lib, m, x, kernel=True)
+        m.scale.mul_(3)  # in place: the kernel reads the memory as it is now
+        _module_call(lib, m, x, kernel=True)
+        m.scale = torch.nn.Parameter(torch.linspace(0, 1, 16))  # reassigned: the new weight, not a kept one
+        _module_call(lib, m, x, kernel=True)
+        m.shift = torch.linspace(-1, 0, 16)  # a buffer replaced
+        _module_call(lib, m, x, kernel=True)
+    assert checked == [], "a planned call took the checked path"
+    before = calls(lib.Affine)
+    out = m(x)  # grad mode on, parameters that require grad: the reference's graph
+    assert out.grad_fn is not None and calls(lib.Affine) == before
+    with torch.inference_mode():
+        _module_call(lib, m, x, kernel=True)
 
 
 def test_a_kernel_disabled_or_replaced_while_plans_are_cached(lib: ModuleType) -> None:

@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Device.h>
@@ -303,8 +304,8 @@ bool plain_cpu(PyObject* v, const at::Tensor& t) {
 // signature(args) -> bytes, or None where the call cannot take a cached plan.
 // What fixes a call's outputs and whether the kernel may run: per tensor its dtype, contiguity,
 // sizes and, when not contiguous, strides (plain_cpu tensors only, so the device is the CPU); per int/float/bool scalar its
-// value. None, for the checked path to decide, for a tensor that requires grad (autograd needs
-// the reference) or is not plain_cpu, any other kind of argument, a call under CPU autocast
+// value. None, for the checked path to decide, for a tensor that requires grad while grad mode is
+// on (autograd needs the reference; a module's parameters under no_grad do not) or is not plain_cpu, any other kind of argument, a call under CPU autocast
 // (the reference's dtypes change) or a torch function or dispatch mode (it sees and may change
 // the reference's operations), and a tensor whose properties cannot be read (a sparse CSR
 // tensor throws on is_contiguous; an exception must not leave this C function).
@@ -321,7 +322,7 @@ PyObject* signature(PyObject*, PyObject* args) {
       PyObject* v = items[i];
       if (THPVariable_Check(v)) {
         const at::Tensor& t = THPVariable_Unpack(v);
-        if (t.requires_grad() || !plain_cpu(v, t)) { cacheable = false; break; }
+        if ((t.requires_grad() && c10::GradMode::is_enabled()) || !plain_cpu(v, t)) { cacheable = false; break; }
         words.push_back(1);
         words.push_back(static_cast<int64_t>(t.scalar_type()));
         bool contiguous = t.is_contiguous();

@@ -14,6 +14,7 @@ import atexit
 import hashlib
 import importlib.util
 import json
+import operator
 import os
 import threading
 import weakref
@@ -217,7 +218,8 @@ def unplain(t: Any) -> str:
 class NativeDispatcher:
     """An accepted native kernel. The first call of each argument signature goes through every
     check (device, autograd, verified layouts, output shapes); later calls with the same
-    signature go straight to the compiled call path, about 1-2 µs in all."""
+    signature go straight to the compiled call path, about 1-2 µs in all (a module's own
+    parameters and buffers are part of its signature)."""
 
     def __init__(self, handle: TargetHandle, entry: LockEntry, root: Path) -> None:
         self.handle = handle
@@ -252,6 +254,9 @@ class NativeDispatcher:
         #: let through once, with the same dtypes, devices, contiguity, sizes and scalar values;
         #: each holds the output metadata and the pack
         self.plans: dict[bytes, tuple[list[tuple[Any, Any]], type | None]] = {}
+        self.is_module = handle.kind == "module"
+        #: a module target's parameters then buffers, per instance (see :meth:`_members`)
+        self._extras: dict[int, tuple[Any, list[tuple[dict, tuple]], list[Any]]] = {}
 
     def _fallback(self, key: str, message: str) -> None:
         self.handle.warn_once(key, f"{message}; using the reference")
@@ -283,8 +288,8 @@ class NativeDispatcher:
                         raise
                     # a memory file the loader may not map executable (vm.memfd_noexec): the checked file
                     self.kernel = NativeKernel(str(build.verified_library(result)))
-                # plans only where nothing else varies per call: CPU functions that return new tensors
-                if self.device == "cpu" and self.handle.kind == "function" and not self.handle.options.inplace:
+                # plans only where nothing else varies per call: CPU targets that return new tensors
+                if self.device == "cpu" and not self.handle.options.inplace:
                     self.fast = helper
         return self.kernel
 
@@ -323,11 +328,16 @@ class NativeDispatcher:
     def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         fast = self.fast
         if fast is not None and not kwargs:
-            sig = fast.signature(args)
+            if self.is_module:
+                call_args, extras = args[1:], self._members(args[0])
+                sig = fast.signature((*call_args, *extras))
+            else:
+                call_args, extras = args, ()
+                sig = fast.signature(args)
             plan = self.plans.get(sig) if sig is not None else None
             if plan is not None:
                 try:
-                    outs = fast.run(self.kernel.address, args, (), plan[0], None, None)
+                    outs = fast.run(self.kernel.address, call_args, extras, plan[0], None, None)
                 except Exception:  # noqa: BLE001 - the checked path reports it and falls back
                     return self._checked(ref, args, kwargs)
                 if outs.__class__ is not int:
@@ -352,12 +362,16 @@ class NativeDispatcher:
             if other:
                 self._fallback(f"module_state:{other}", f"this instance's {other} differs from the verified instance's")
                 return ref(*args)
-            extras = [t.detach() for _, t in named]
+            # not detached before the checks: parameters that require grad while grad mode is on
+            # need the reference's graph (detached first, a training step got no gradients)
+            extras = [t for _, t in named]
         else:
             call_args, extras = args, []
         tensors = [v for v in (*call_args, *extras) if isinstance(v, torch.Tensor)]
         if self._refused(call_args, tensors):
             return ref(*args)
+        if h.kind == "module":
+            extras = [t.detach() for t in extras]
         if h.options.inplace:
             # the kernel writes into the arguments; return what the reference returns
             if self._run(call_args, extras, tensors, []) is None:
@@ -381,10 +395,31 @@ class NativeDispatcher:
             return ref(*args)
         pack = self.packs.get(key, None if len(meta) == 1 else tuple)
         if self.fast is not None and len(self.plans) < MAX_PLANS:
-            sig = self.fast.signature(args)
+            sig = self.fast.signature((*call_args, *self._members(args[0])) if h.kind == "module" else args)
             if sig is not None:
                 self.plans[sig] = (meta, pack)
         return outs[0] if pack is None else outs if pack is list else tuple(outs)
+
+    def _members(self, module: Any) -> list[Any]:
+        """``module``'s parameters then buffers (the ABI's extras), kept per instance: walking
+        ``named_parameters()`` costs more than a small kernel's whole call. Kept only while every
+        submodule's parameter, buffer and child dictionaries hold the very objects they held when
+        the list was made, so a reassigned weight or a new submodule is seen on the next call; a
+        change of dtype or shape in place shows in the call's signature."""
+        key = id(module)
+        entry = self._extras.get(key)
+        if entry is not None and entry[0]() is module:
+            for d, held in entry[1]:
+                if len(d) != len(held) or not all(map(operator.is_, d.values(), held)):
+                    break
+            else:
+                return entry[2]
+        if len(self._extras) >= MAX_PLANS:
+            self._extras.clear()
+        dicts = [(d, tuple(d.values())) for m in module.modules() for d in (m._parameters, m._buffers, m._modules)]
+        extras = [t for _, t in (*module.named_parameters(), *module.named_buffers())]
+        self._extras[key] = (weakref.ref(module, lambda _, key=key: self._extras.pop(key, None)), dicts, extras)
+        return extras
 
     def _other_module(self, named: list[tuple[str, Any]]) -> str | None:
         """What of a module instance's parameters and buffers differs from the configuration the

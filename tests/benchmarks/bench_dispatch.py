@@ -12,6 +12,8 @@ Prints JSON:
 * ``dispatched_us``: the same no-op kernel accepted for a decorated function of 1-4 tensors,
   the whole call as user code pays it: before (every check, ctypes) and now (a cached plan,
   the compiled path).
+* ``module_dispatched_us``: the same for an ``nn.Module`` target (one input; a weight, a bias
+  and a buffer passed after it), under ``torch.no_grad()``: every call checked, and a plan.
 * ``load_1min``: the machine's load average while it ran.
 """
 
@@ -50,6 +52,17 @@ class Bare(torch.nn.Module):
 class Decorated(torch.nn.Module):
     def forward(self, x):
         return x
+
+
+@maxcode.optimize
+class Affine(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(128, 128)
+        self.register_buffer("shift", torch.zeros(128))
+
+    def forward(self, x):
+        return self.lin(x) + self.shift
 
 
 def per_call_ns(stmt: str, env: dict, number: int = 1_000_000) -> float:
@@ -124,6 +137,26 @@ def dispatched(noop: abi.NativeKernel) -> dict[str, dict[str, float]]:
     return out
 
 
+def module_dispatched(noop: abi.NativeKernel) -> dict[str, float]:
+    """The decorated module with the no-op kernel accepted: every call checked (as before
+    module calls had plans), then planned."""
+    torch.set_grad_enabled(False)
+    m, x = Affine(), torch.randn(64, 128)
+    handle = Affine.maxcode
+    entry = LockEntry(target=handle.id, reference_hash="", kernel="noop.cpp", kernel_hash="", lang="cpp",
+                      device="cpu", arch="", speedup=1.0, speedup_ci=[1.0, 1.0], date="", tool_version="",
+                      extra={"outputs": {arg_key([x]): [[[64, 128], "float32"]]}})
+    d = NativeDispatcher(handle, entry, Path.cwd())
+    d.kernel = noop
+    handle._impl, handle.active = d, "kernel"
+    checked = per_call_us(lambda: d._checked(None, (m, x), {}))
+    d.fast = abi.helper()
+    m(x)  # leaves the plan
+    planned = per_call_us(lambda: m(x))
+    handle._impl, handle.active = None, "reference"
+    return {"checked": checked, "planned": planned}
+
+
 def main() -> None:
     helper = callpath.load()
     if helper is None:
@@ -132,6 +165,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     calls = native_calls(noop)
     disp = dispatched(noop)
+    mod = module_dispatched(noop)
     t = torch.ones(1)
     env = {"bare": bare, "decorated": decorated, "t": t, "mb": Bare(), "md": Decorated()}
     f_bare = per_call_ns("bare(t, t)", env)
@@ -145,6 +179,7 @@ def main() -> None:
         "goal_overhead_ns": 1000,
         "native_call_us": calls,
         "dispatched_us": disp,
+        "module_dispatched_us": mod,
         "goal_native_call_us": 2.0,
         "load_1min": [round(load, 2), round(os.getloadavg()[0], 2)],
     }, indent=2))
