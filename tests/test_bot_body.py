@@ -120,18 +120,26 @@ def test_inline_code_and_fences_outlast_the_content() -> None:
         assert tok.content == text + "\n"
 
 
-@pytest.mark.skipif(shutil.which("zsh") is None, reason="needs zsh (apt-get install zsh; .ci/run installs it)")
-def test_the_check_it_yourself_commands_pass_the_test_ids_intact_in_zsh(tmp_path: Path, fake_github: Any,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # zsh reads an unquoted [512] as a glob and stops with "no matches found": each command line
-    # runs in zsh with pytest and maxcode as functions that print the arguments they were given
+def _check_it_yourself(tmp_path: Path, fake_github: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """A project in a subfolder, its PR opened against the fake GitHub: the repository and the
+    body's "check it yourself" block (a rendered fence token)."""
     for k, v in {"GITHUB_TOKEN": github_fake.FAKE_GH_TOKEN, "GITHUB_API_URL": fake_github.url,
                  "MAXCODE_GITHUB_WRITE_INTERVAL": "0"}.items():
         monkeypatch.setenv(k, v)
     r = make_repo(tmp_path / "r", subfolder="my proj")
     (outcome,) = Bot(r.project, r.report(tune(0), 3.0, (2.7, 3.3)), repo_name="acme/mylib", base=None).run()
+    assert outcome.action == "opened", outcome.line()
     (pr,) = fake_github.pulls.values()
     (block,) = [tok for tok in render(pr["body"]) if tok.type == "fence" and tok.info == "sh" and "git fetch" in tok.content]
+    return r, block
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="needs zsh (apt-get install zsh; .ci/run installs it)")
+def test_the_check_it_yourself_commands_pass_the_test_ids_intact_in_zsh(tmp_path: Path, fake_github: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # zsh reads an unquoted [512] as a glob and stops with "no matches found": each command line
+    # runs in zsh with pytest and maxcode as functions that print the arguments they were given
+    _, block = _check_it_yourself(tmp_path, fake_github, monkeypatch)
     lines = [line for line in block.content.splitlines() if line.startswith(("pytest ", "maxcode "))]
     assert any("::" in line for line in lines), block.content
     for line in lines:
@@ -144,15 +152,7 @@ def test_the_check_it_yourself_commands_pass_the_test_ids_intact_in_zsh(tmp_path
 
 def test_the_check_it_yourself_commands_run_from_the_repository_root(tmp_path: Path, fake_github: Any,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in {"GITHUB_TOKEN": github_fake.FAKE_GH_TOKEN, "GITHUB_API_URL": fake_github.url,
-                 "MAXCODE_GITHUB_WRITE_INTERVAL": "0"}.items():
-        monkeypatch.setenv(k, v)
-    r = make_repo(tmp_path / "r", subfolder="my proj")
-    report = r.report(tune(0), 3.0, (2.7, 3.3))
-    (outcome,) = Bot(r.project, report, repo_name="acme/mylib", base=None).run()
-    assert outcome.action == "opened", outcome.line()
-    (pr,) = fake_github.pulls.values()
-    (block,) = [tok for tok in render(pr["body"]) if tok.type == "fence" and tok.info == "sh" and "git fetch" in tok.content]
+    r, block = _check_it_yourself(tmp_path, fake_github, monkeypatch)
     commands = block.content.splitlines()
     assert commands[:2] == [f"git fetch origin {BRANCH} && git checkout {BRANCH}", "cd 'my proj'"]
     assert f"pytest '{TESTS[0]}' {TESTS[1]}" in commands

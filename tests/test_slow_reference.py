@@ -12,29 +12,13 @@ from conftest import DATA
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
 
-SLOW = '''
-import time
-
-import torch
-
-
-class Model(torch.nn.Module):
-    def forward(self, x, bias):
-        time.sleep(1.0)  # a reference call far longer than the run's time limit allows for
-        y = torch.relu(x * 2.0 + bias)
-        return y * y - 0.5
-
-
-def get_inputs():
-    return [torch.randn(64, 1024), torch.randn(1024)]
-
-
-def get_init_inputs():
-    return []
-'''
+#: the chain's reference with a call far longer than the run's time limit allows for
+SLOW = "import time\n" + (DATA / "chain" / "ref.py").read_text().replace(
+    "    def forward(self, x, bias):\n", "    def forward(self, x, bias):\n        time.sleep(1.0)\n")
 
 
 def test_time_running_out_in_the_references_calls_is_a_timeout_that_says_so(tmp_path: Path) -> None:
+    assert "time.sleep(1.0)" in SLOW
     (tmp_path / "ref.py").write_text(SLOW)
     shutil.copy(DATA / "chain" / "good.cpp", tmp_path / "good.cpp")
     config = CheckConfig(timeout=2.0, ranges=False, time_budget=0.5)
