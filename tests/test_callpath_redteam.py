@@ -507,9 +507,16 @@ def test_a_module_instance_unlike_the_verified_one_is_served_by_the_reference(li
         verified(x)  # the output layout, from the reference
         check(verified, x, kernel=True)
         wide, wide_x, double = lib.Affine(32), torch.randn(4, 32), lib.Affine().double()
+        # the same shapes and dtypes in another order (scale now a buffer, after shift): a plan's
+        # signature cannot tell it from the verified instance, the names can
+        reordered = lib.Affine()
+        scale = reordered.scale.detach().clone()
+        del reordered.scale
+        reordered.register_buffer("scale", scale)
         for _ in range(2):  # a first call learns an unseen output layout; the second would run the kernel
             check(wide, wide_x, kernel=False)  # other shapes
             check(double, x, kernel=False)  # other dtypes
+            check(reordered, x, kernel=False)  # other names
         check(verified, x, kernel=True)  # the verified configuration still runs the kernel
 
 

@@ -256,7 +256,7 @@ class NativeDispatcher:
         self.plans: dict[bytes, tuple[list[tuple[Any, Any]], type | None]] = {}
         self.is_module = handle.kind == "module"
         #: a module target's parameters then buffers, per instance (see :meth:`_members`)
-        self._extras: dict[int, tuple[Any, list[tuple[dict, tuple]], list[Any]]] = {}
+        self._extras: dict[int, tuple[Any, list[tuple[dict, tuple]], list[Any] | None]] = {}
 
     def _fallback(self, key: str, message: str) -> None:
         self.handle.warn_once(key, f"{message}; using the reference")
@@ -330,6 +330,8 @@ class NativeDispatcher:
         if fast is not None and not kwargs:
             if self.is_module:
                 call_args, extras = args[1:], self._members(args[0])
+                if extras is None:  # an instance unlike the verified one: the checked path says why
+                    return self._checked(ref, args, kwargs)
                 sig = fast.signature((*call_args, *extras))
             else:
                 call_args, extras = args, ()
@@ -395,17 +397,26 @@ class NativeDispatcher:
             return ref(*args)
         pack = self.packs.get(key, None if len(meta) == 1 else tuple)
         if self.fast is not None and len(self.plans) < MAX_PLANS:
-            sig = self.fast.signature((*call_args, *self._members(args[0])) if h.kind == "module" else args)
+            sig = self._plan_signature(args, call_args)
             if sig is not None:
                 self.plans[sig] = (meta, pack)
         return outs[0] if pack is None else outs if pack is list else tuple(outs)
 
-    def _members(self, module: Any) -> list[Any]:
+    def _plan_signature(self, args: tuple, call_args: tuple) -> bytes | None:
+        """The compiled path's signature of a call that passed every check (a module's with its
+        parameters and buffers after the arguments), or None where no plan may be kept."""
+        if not self.is_module:
+            return self.fast.signature(args)
+        members = self._members(args[0])
+        return None if members is None else self.fast.signature((*call_args, *members))
+
+    def _members(self, module: Any) -> list[Any] | None:
         """``module``'s parameters then buffers (the ABI's extras), kept per instance: walking
         ``named_parameters()`` costs more than a small kernel's whole call. Kept only while every
         submodule's parameter, buffer and child dictionaries hold the very objects they held when
         the list was made, so a reassigned weight or a new submodule is seen on the next call; a
-        change of dtype or shape in place shows in the call's signature."""
+        change of dtype or shape in place shows in the call's signature. None for an instance
+        whose names, shapes or dtypes differ from the verified one's (:meth:`_other_module`)."""
         key = id(module)
         entry = self._extras.get(key)
         if entry is not None and entry[0]() is module:
@@ -417,7 +428,8 @@ class NativeDispatcher:
         if len(self._extras) >= MAX_PLANS:
             self._extras.clear()
         dicts = [(d, tuple(d.values())) for m in module.modules() for d in (m._parameters, m._buffers, m._modules)]
-        extras = [t for _, t in (*module.named_parameters(), *module.named_buffers())]
+        named = [*module.named_parameters(), *module.named_buffers()]
+        extras = None if self._other_module(named) else [t for _, t in named]
         self._extras[key] = (weakref.ref(module, lambda _, key=key: self._extras.pop(key, None)), dicts, extras)
         return extras
 
