@@ -117,6 +117,20 @@ def test_the_device_is_resolved_once() -> None:
     assert load_settings({"device": "cuda"}, None).device_for("cpp") == "cuda"
 
 
+def test_a_search_checks_with_the_runs_timing_budget_and_the_targets_own_bar(tmp_path: Path) -> None:
+    # time_budget was maxcode check's alone: a search always timed 0.5 s per candidate and workload
+    from pytest_maxcode.search.loop import check_config
+    from pytest_maxcode.search.policy import TargetInfo
+
+    settings = load_settings({"time_budget": 0.1, "min_speedup": 1.2}, None)
+    plain = TargetInfo("m.f", "m", "f", tmp_path / "m.py", "function", atol=1e-3)
+    c = check_config(plain, settings)
+    assert (c.time_budget, c.min_speedup, c.atol, c.device) == (0.1, 1.2, 1e-3, "cpu")
+    own = TargetInfo("m.f", "m", "f", tmp_path / "m.py", "function", min_speedup=1.5)
+    assert check_config(own, settings).min_speedup == 1.5
+    assert check_config(plain, load_settings({}, None)).time_budget == 0.5
+
+
 def test_defaults_live_in_the_table_not_at_call_sites() -> None:
     s = load_settings({}, None)
     assert (s.k, s.width, s.llm_concurrency, s.rerank, s.format, s.observation) == (4, 2, 4, "none", "native", "trajectory+best")

@@ -188,6 +188,14 @@ def _native_lang(target: TargetInfo, device: str) -> str:
     return "cuda" if device == "cuda" else "cpp"
 
 
+def check_config(target: TargetInfo, settings: Settings) -> CheckConfig:
+    """The oracle's settings for one target's search: the target's own tolerances and bar over
+    the run's, the run's sandbox, seed and timing budget."""
+    return CheckConfig(device=settings.device_for(target.lang), atol=target.atol, rtol=target.rtol,
+                       min_speedup=target.min_speedup or settings.min_speedup, inplace=target.inplace,
+                       sandbox=settings.sandbox, seed=settings.seed, time_budget=settings.time_budget)
+
+
 def search_target(
     target: TargetInfo,
     captured: list[Path],
@@ -199,10 +207,8 @@ def search_target(
 ) -> SearchResult:
     start = time.monotonic()
     reference_norm = normalized_source_in_file(target.source_file, target.qualname) or ""
-    min_speedup = target.min_speedup or settings.min_speedup
-    device = settings.device_for(target.lang)
-    config = CheckConfig(device=device, atol=target.atol, rtol=target.rtol, min_speedup=min_speedup, inplace=target.inplace,
-                         sandbox=settings.sandbox, seed=settings.seed)
+    config = check_config(target, settings)
+    device = config.device
     if reference is None:  # a marked target; a KernelBench problem brings its own (get_init_inputs, get_inputs)
         instance = captured[0].parent / "module.pt" if target.kind == "module" else None
         reference = ReferenceSpec(target.kind, target.source_file, target.qualname, module=target.module, rootdir=root, instance=instance)
