@@ -63,7 +63,7 @@ from .search.strategies import STRATEGIES
 from .store import Store, damage, default_path, move_aside
 from .targets.capture import Recorder, TargetCapture, signature
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
-from .targets.dispatch import module_state
+from .targets.introspect import module_state
 from .targets.lock import sha256_text
 from .targets.program import parse_programs
 from .value.model import MODEL_FILE

@@ -497,15 +497,11 @@ def _module_call(lib: ModuleType, m: torch.nn.Module, x: torch.Tensor, kernel: b
 def test_a_module_instance_unlike_the_verified_one_is_served_by_the_reference(lib: ModuleType) -> None:
     """The lock records the verified instance's parameters and buffers; an instance with other
     shapes or dtypes gets the reference (before, the 16-column kernel ran on a 32-column layer)."""
-
-    def check(m: torch.nn.Module, x: torch.Tensor, kernel: bool) -> None:
-        _module_call(lib, m, x, kernel)
-
     x = torch.randn(4, 16)
     with torch.no_grad():
         verified = lib.Affine()
         verified(x)  # the output layout, from the reference
-        check(verified, x, kernel=True)
+        _module_call(lib, verified, x, kernel=True)
         wide, wide_x, double = lib.Affine(32), torch.randn(4, 32), lib.Affine().double()
         # the same shapes and dtypes in another order (scale now a buffer, after shift): a plan's
         # signature cannot tell it from the verified instance, the names can
@@ -514,10 +510,10 @@ def test_a_module_instance_unlike_the_verified_one_is_served_by_the_reference(li
         del reordered.scale
         reordered.register_buffer("scale", scale)
         for _ in range(2):  # a first call learns an unseen output layout; the second would run the kernel
-            check(wide, wide_x, kernel=False)  # other shapes
-            check(double, x, kernel=False)  # other dtypes
-            check(reordered, x, kernel=False)  # other names
-        check(verified, x, kernel=True)  # the verified configuration still runs the kernel
+            _module_call(lib, wide, wide_x, kernel=False)  # other shapes
+            _module_call(lib, double, x, kernel=False)  # other dtypes
+            _module_call(lib, reordered, x, kernel=False)  # other names
+        _module_call(lib, verified, x, kernel=True)  # the verified configuration still runs the kernel
 
 
 def test_a_module_kernel_takes_the_planned_path_and_sees_its_weights_change(lib: ModuleType,

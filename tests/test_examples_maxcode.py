@@ -44,7 +44,7 @@ def test_kernelbench_module_example(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     if t.get("best"):  # the configuration its kernel was verified on, which the lock then records
         import torch
 
-        from pytest_maxcode.targets.dispatch import module_state
+        from pytest_maxcode.targets.introspect import module_state
 
         monkeypatch.syspath_prepend(str(tmp_path / "kernelbench_module"))  # the pickled instance's class
         captured = torch.load(tmp_path / "kernelbench_module" / ".maxcode" / "inputs" / "model.Model" / "module.pt",

@@ -143,8 +143,10 @@ class Recorder:
     @staticmethod
     def _same_module(cap: TargetCapture, module: Any) -> bool:
         """One configuration per module target: the first instance's parameter shapes."""
-        state = [(n, tuple(t.shape), str(t.dtype)) for n, t in (*module.named_parameters(), *module.named_buffers())]
-        sig = repr(state)
+        # only module targets, under --maxcode: keeps the package's start-up fast
+        from .introspect import module_state
+
+        sig = repr(module_state(module))
         if cap.module_signature is None:
             cap.module_signature = sig
             cap.module = copy.deepcopy(module).to("cpu")

@@ -139,15 +139,6 @@ def arg_class(v: Any) -> tuple:
     return (type(v).__name__,)
 
 
-def module_state(module: Any) -> list[list[Any]]:
-    """An nn.Module's parameters then buffers in the order the ABI passes them, ``[name, shape,
-    dtype]`` each: the configuration a module kernel was verified on (the lock records it), which
-    an instance must have for the kernel to serve it (a kernel written for 128x128 weights would
-    read a 256x64 layer's wrongly, or past its end)."""
-    return [[n, list(t.shape), str(t.dtype).replace("torch.", "")]
-            for n, t in (*module.named_parameters(), *module.named_buffers())]
-
-
 def _hashable(value: Any) -> Any:
     """A lock's nested lists (a layout's strides) as tuples, to compare with ``arg_class``."""
     return tuple(_hashable(x) for x in value) if isinstance(value, list) else value
@@ -358,15 +349,18 @@ class NativeDispatcher:
             return ref(*args, **kwargs)
         h = self.handle
         if h.kind == "module":
+            # with the first module call, not with the package: keeps start-up fast
+            from .introspect import abi_extras
+
             module, call_args = args[0], args[1:]
-            named = [*module.named_parameters(), *module.named_buffers()]
+            named = abi_extras(module)
             other = self._other_module(named)
             if other:
                 self._fallback(f"module_state:{other}", f"this instance's {other} differs from the verified instance's")
                 return ref(*args)
             # not detached before the checks: parameters that require grad while grad mode is on
             # need the reference's graph (detached first, a training step got no gradients)
-            extras = [t for _, t in named]
+            extras = [t for _, t, _ in named]
         else:
             call_args, extras = args, []
         tensors = [v for v in (*call_args, *extras) if isinstance(v, torch.Tensor)]
@@ -425,23 +419,27 @@ class NativeDispatcher:
                     break
             else:
                 return entry[2]
+        # with the first module call, not with the package: keeps start-up fast
+        from .introspect import abi_extras
+
         if len(self._extras) >= MAX_PLANS:
             self._extras.clear()
         dicts = [(d, tuple(d.values())) for m in module.modules() for d in (m._parameters, m._buffers, m._modules)]
-        named = [*module.named_parameters(), *module.named_buffers()]
-        extras = None if self._other_module(named) else [t for _, t in named]
+        named = abi_extras(module)
+        extras = None if self._other_module(named) else [t for _, t, _ in named]
         self._extras[key] = (weakref.ref(module, lambda _, key=key: self._extras.pop(key, None)), dicts, extras)
         return extras
 
-    def _other_module(self, named: list[tuple[str, Any]]) -> str | None:
-        """What of a module instance's parameters and buffers differs from the configuration the
-        lock says the kernel was verified on (None: nothing, or an older lock that does not say)."""
+    def _other_module(self, named: list[tuple[str, Any, str]]) -> str | None:
+        """What of a module instance's parameters and buffers (``introspect.abi_extras``) differs
+        from the configuration the lock says the kernel was verified on (None: nothing, or an
+        older lock that does not say)."""
         verified = self.entry.extra.get("module_state")
         if not verified:
             return None
         if len(named) != len(verified):
             return f"number of parameters and buffers ({len(named)}, verified {len(verified)})"
-        for (name, t), (v_name, v_shape, v_dtype) in zip(named, verified):
+        for (name, t, _role), (v_name, v_shape, v_dtype) in zip(named, verified):
             dtype = str(t.dtype).replace("torch.", "")
             if name != v_name or list(t.shape) != list(v_shape) or dtype != v_dtype:
                 return f"{name} ({list(t.shape)} {dtype}; verified {v_name} {list(v_shape)} {v_dtype})"

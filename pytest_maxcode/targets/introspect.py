@@ -31,6 +31,14 @@ def abi_extras(module: Any) -> list[tuple[str, Any, str]]:
     return out + [(n, b, "buffer") for n, b in module.named_buffers()]
 
 
+def module_state(module: Any) -> list[list[Any]]:
+    """``[name, shape, dtype]`` of each of :func:`abi_extras`: the configuration a module kernel
+    was verified on (the lock records it) and the one an instance must have for the kernel to
+    serve it (a kernel written for 128x128 weights would read a 256x64 layer's wrongly, or past
+    its end); also what the capture keeps one of per target."""
+    return [[n, list(t.shape), str(t.dtype).replace("torch.", "")] for n, t, _role in abi_extras(module)]
+
+
 def _plain(value: Any, depth: int = 0) -> bool:
     if isinstance(value, PLAIN):
         return True
