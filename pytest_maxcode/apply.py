@@ -122,6 +122,7 @@ def apply_target(t: TargetResult | Mapping[str, Any], root: Path, source_root: P
         returns=t.returns,
         pack=t.pack,
         module_state=t.module_state,
+        eval_only=t.eval_only is True,
         range_limited=t.range_limited,
         accept_range_limited=t.accept_range_limited is True,
         build_id=best.build_id or "",

@@ -63,7 +63,7 @@ from .search.strategies import STRATEGIES
 from .store import Store, damage, default_path, move_aside
 from .targets.capture import Recorder, TargetCapture, signature
 from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
-from .targets.introspect import module_state
+from .targets.introspect import module_state, reads_training
 from .targets.lock import sha256_text
 from .targets.program import parse_programs
 from .value.model import MODEL_FILE
@@ -427,6 +427,7 @@ class MaxcodeSession:
         entry.kind = h.kind
         if h.kind == "module" and cap.module is not None and entry.best is not None:
             entry.module_state = module_state(cap.module)
+            entry.eval_only = reads_training(cap.module) or None
         if entry.range_limited:
             entry.accept_range_limited = accepts_range_limited(h.id, o.accept_range_limited, self.settings.accept_range_limited)
         if entry.status == TargetStatus.FASTER:

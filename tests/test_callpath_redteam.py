@@ -100,6 +100,20 @@ class Affine(torch.nn.Module):
 
     def forward(self, x):
         return x * self.scale + self.shift
+
+
+@maxcode.optimize(lang="cpp")
+class Noisy(torch.nn.Module):
+    """Affine, then dropout: the same in eval mode, another function in training mode."""
+
+    def __init__(self, n: int = 16):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((n,), 2.0))
+        self.register_buffer("shift", torch.ones(n))
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(x * self.scale + self.shift)
 '''
 
 HEAD = '#include <dlpack/dlpack.h>\n#include <cstdint>\n#include <immintrin.h>\nextern "C" int maxcode_test_calls = 0;\n'
@@ -191,6 +205,7 @@ KERNELS: dict[str, tuple[str, list]] = {
     "single_locked": (SINGLE, [[["float32", 1, True]]]),
     "mixed": (SINGLE, [[["float32", 1, True]]]),
     "Affine": (AFFINE, [[F32]]),
+    "Noisy": (AFFINE, [[F32]]),
 }
 #: what a search's report adds to some entries: the output layouts (so the first call runs the
 #: kernel) and how the reference hands its outputs back
@@ -198,6 +213,7 @@ LOCKED: dict[str, dict[str, Any]] = {
     "single_locked": {"outputs": {"float32[32]": [[[32], "float32"]]}, "pack": "tuple"},
     "mixed": {"outputs": {"float32[32]": [[[32], "float32"]]}, "pack": "other"},
     "Affine": {"module_state": [["scale", [16], "float32"], ["shift", [16], "float32"]]},
+    "Noisy": {"module_state": [["scale", [16], "float32"], ["shift", [16], "float32"]], "eval_only": True},
 }
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the kernel uses SSE")
@@ -545,6 +561,50 @@ def test_a_module_kernel_takes_the_planned_path_and_sees_its_weights_change(lib:
     assert out.grad_fn is not None and calls(lib.Affine) == before
     with torch.inference_mode():
         _module_call(lib, m, x, kernel=True)
+
+
+def test_a_module_that_reads_training_gets_the_kernel_in_eval_mode_only(lib: ModuleType) -> None:
+    """Modules are verified in eval mode; dropout in training mode computes something else, so a
+    module whose layers read ``training`` is served by the reference while it trains, on the
+    planned path too, and by the kernel again once back in eval mode."""
+    x = torch.randn(64, 16)
+    m = lib.Noisy().eval()
+    with torch.no_grad():
+        m(x)  # the output layout, from the reference
+        m(x)  # every check, then the kernel: a plan for this signature
+        before = calls(lib.Noisy)
+        torch.testing.assert_close(m(x), x * m.scale + m.shift)
+        assert calls(lib.Noisy) == before + 1, "the eval-mode instance did not get the kernel"
+        m.train()
+        for _ in range(2):
+            torch.manual_seed(3)
+            got = m(x)
+            torch.manual_seed(3)
+            assert torch.equal(got, torch.nn.functional.dropout(x * m.scale + m.shift, 0.5, True))
+            assert (got == 0).any(), "dropout did not run: the kernel served a training-mode instance"
+        assert calls(lib.Noisy) == before + 1, "the kernel ran in training mode"
+        m.eval()
+        torch.testing.assert_close(m(x), x * m.scale + m.shift)
+        assert calls(lib.Noisy) == before + 2
+
+
+def test_which_modules_read_training() -> None:
+    from pytest_maxcode.targets.introspect import reads_training
+
+    class Flagged(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if self.training else x
+
+    class Nested(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+
+        def forward(self, x):
+            return self.body(x)
+
+    assert reads_training(Flagged()) and reads_training(Nested()) and reads_training(torch.nn.Dropout())
+    assert not reads_training(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
 
 
 def test_a_kernel_disabled_or_replaced_while_plans_are_cached(lib: ModuleType) -> None:

@@ -44,12 +44,13 @@ def test_kernelbench_module_example(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     if t.get("best"):  # the configuration its kernel was verified on, which the lock then records
         import torch
 
-        from pytest_maxcode.targets.introspect import module_state
+        from pytest_maxcode.targets.introspect import module_state, reads_training
 
         monkeypatch.syspath_prepend(str(tmp_path / "kernelbench_module"))  # the pickled instance's class
         captured = torch.load(tmp_path / "kernelbench_module" / ".maxcode" / "inputs" / "model.Model" / "module.pt",
                               weights_only=False)
         assert t["module_state"] == module_state(captured) and t["module_state"], t.get("module_state")
+        assert t.get("eval_only") == (reads_training(captured) or None)
 
 
 def test_cuda_example_seeds_compile_everywhere(tmp_path: Path) -> None:

@@ -292,7 +292,8 @@ class ReferenceInfo(JsonRow):
 
 #: keys written only when set (the schema does not require them)
 _OPTIONAL = ("kind", "sandbox", "search", "range_limited", "accept_range_limited", "stop_reason", "device", "arch",
-             "reference", "outputs", "signatures", "returns", "pack", "measurement", "remeasure", "module_state")
+             "reference", "outputs", "signatures", "returns", "pack", "measurement", "remeasure", "module_state",
+             "eval_only")
 
 #: how a function hands back its outputs: one bare tensor, a plain tuple or list of tensors, or
 #: anything else (a scalar, a named tuple), which only the reference reproduces
@@ -334,6 +335,9 @@ class TargetResult:
     #: an nn.Module target's parameters then buffers as verified, ``[name, shape, dtype]`` each:
     #: the kernel was checked on this configuration only, so the dispatcher serves no other
     module_state: list[Any] | None = None
+    #: an nn.Module target whose layers read ``training``: verified in eval mode, the kernel
+    #: serves only instances in eval mode (``introspect.reads_training``)
+    eval_only: bool | None = None
     #: an in-place function's return convention ("none", "first", ...)
     returns: str | None = None
     #: how the function hands back its outputs (one of :data:`PACKS`), so the kernel's calls do too

@@ -38,6 +38,7 @@ def accept(
     returns: str | None = None,
     pack: str | None = None,
     module_state: Sequence[Any] | None = None,
+    eval_only: bool = False,
     range_limited: str | None = None,
     accept_range_limited: bool = False,
     build_id: str = "",
@@ -84,6 +85,7 @@ def accept(
             **({"returns": returns} if returns else {}),
             **({"pack": pack} if pack else {}),
             **({"module_state": [list(s) for s in module_state]} if module_state else {}),
+            **({"eval_only": True} if eval_only else {}),
             **({"range_limited": range_limited} if range_limited else {}),
         },
     )

@@ -246,6 +246,8 @@ class NativeDispatcher:
         #: each holds the output metadata and the pack
         self.plans: dict[bytes, tuple[list[tuple[Any, Any]], type | None]] = {}
         self.is_module = handle.kind == "module"
+        #: a module whose layers read ``training``, verified in eval mode: no kernel in training mode
+        self.eval_only = self.is_module and bool(entry.extra.get("eval_only"))
         #: a module target's parameters then buffers, per instance (see :meth:`_members`)
         self._extras: dict[int, tuple[Any, list[tuple[dict, tuple]], list[Any] | None]] = {}
 
@@ -321,7 +323,7 @@ class NativeDispatcher:
         if fast is not None and not kwargs:
             if self.is_module:
                 call_args, extras = args[1:], self._members(args[0])
-                if extras is None:  # an instance unlike the verified one: the checked path says why
+                if extras is None or self.eval_only and args[0].training:  # the checked path says why
                     return self._checked(ref, args, kwargs)
                 sig = fast.signature((*call_args, *extras))
             else:
@@ -353,6 +355,10 @@ class NativeDispatcher:
             from .introspect import abi_extras
 
             module, call_args = args[0], args[1:]
+            if self.eval_only and module.training:
+                self._fallback("training", "this instance is in training mode, and its layers read `training` (the kernel "
+                               "was verified in eval mode: call .eval() for inference)")
+                return ref(*args)
             named = abi_extras(module)
             other = self._other_module(named)
             if other:

@@ -39,6 +39,28 @@ def module_state(module: Any) -> list[list[Any]]:
     return [[n, list(t.shape), str(t.dtype).replace("torch.", "")] for n, t, _role in abi_extras(module)]
 
 
+def reads_training(module: Any) -> bool:
+    """Whether any of the module's layers has code that reads ``training`` (dropout, batch norm,
+    a forward with ``if self.training``): the oracle verifies modules in eval mode, so a kernel
+    for such a module must not serve an instance in training mode, whose reference computes
+    something else. Read from the code, not by calling it: a layer that reads the flag but
+    gives the same outputs in both modes on the captured inputs would still differ on others."""
+    seen: set[type] = set()
+    for sub in module.modules():
+        cls = type(sub)
+        if cls in seen:
+            continue
+        seen.add(cls)
+        for klass in cls.__mro__:
+            if klass.__name__ == "Module" and klass.__module__ == "torch.nn.modules.module" or klass is object:
+                break  # nn.Module's own train()/eval() read the flag to set it
+            for value in vars(klass).values():
+                fn = getattr(value, "__func__", value)
+                if isinstance(fn, types.FunctionType) and "training" in _names_read(fn.__code__):
+                    return True
+    return False
+
+
 def _plain(value: Any, depth: int = 0) -> bool:
     if isinstance(value, PLAIN):
         return True
