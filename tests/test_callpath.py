@@ -166,3 +166,25 @@ def test_a_helper_that_cannot_be_built_leaves_the_ctypes_path(tmp_path: Path) ->
     out = _python(code, [], env, tmp_path)
     assert not out["helper"]
     assert len(out["warnings"]) == 1 and "ctypes" in out["warnings"][0]
+
+
+def test_same_values_sees_a_reassigned_added_or_removed_member() -> None:
+    """The module fast path's check that an instance still holds the parameters it planned with."""
+    helper = callpath.load()
+    if helper is None:
+        pytest.skip(f"the compiled call path is not available: {callpath.fallback_reason()}")
+    a, b, c = object(), object(), object()
+    params, buffers = {"w": a, "b": b}, {"s": c}
+    held = ((params, (a, b)), (buffers, (c,)))
+    assert helper.same_values(held) and helper.same_values(())
+    params["w"] = object()  # reassigned: same key, another object
+    assert not helper.same_values(held)
+    params["w"] = a
+    buffers["t"] = object()  # added
+    assert helper.same_values(held[:1]) and not helper.same_values(held)
+    del buffers["t"], buffers["s"]  # removed
+    assert not helper.same_values(held)
+    with pytest.raises(TypeError, match="pairs"):
+        helper.same_values([(params, (a, b))])
+    with pytest.raises(TypeError, match="pairs"):
+        helper.same_values(((params, [a, b]),))

@@ -362,6 +362,34 @@ PyObject* signature(PyObject*, PyObject* args) {
                                    static_cast<Py_ssize_t>(words.size() * sizeof(int64_t)));
 }
 
+// same_values(held) -> bool: whether each (dict, values) pair's dict still holds exactly those
+// value objects, in that order. A module target's parameter, buffer and child dictionaries are
+// checked on every planned call (a reassigned weight or a new submodule must be seen); in
+// Python the walk cost more than the rest of the call path, here a pointer comparison each.
+PyObject* same_values(PyObject*, PyObject* held) {
+  if (!PyTuple_Check(held)) {
+    PyErr_SetString(PyExc_TypeError, "same_values takes a tuple of (dict, tuple) pairs");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0, n = PyTuple_GET_SIZE(held); i < n; ++i) {
+    PyObject* pair = PyTuple_GET_ITEM(held, i);
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyDict_Check(PyTuple_GET_ITEM(pair, 0)) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(pair, 1))) {
+      PyErr_SetString(PyExc_TypeError, "same_values takes a tuple of (dict, tuple) pairs");
+      return nullptr;
+    }
+    PyObject* d = PyTuple_GET_ITEM(pair, 0);
+    PyObject* values = PyTuple_GET_ITEM(pair, 1);
+    if (PyDict_GET_SIZE(d) != PyTuple_GET_SIZE(values)) Py_RETURN_FALSE;
+    Py_ssize_t pos = 0, k = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(d, &pos, &key, &value)) {
+      if (k >= PyTuple_GET_SIZE(values) || value != PyTuple_GET_ITEM(values, k++)) Py_RETURN_FALSE;
+    }
+  }
+  Py_RETURN_TRUE;
+}
+
 PyObject* set_abi_error(PyObject*, PyObject* cls) {
   if (!PyExceptionClass_Check(cls)) {
     PyErr_SetString(PyExc_TypeError, "an exception class");
@@ -389,6 +417,7 @@ PyMethodDef methods[] = {
     {"run_into", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_into)), METH_FASTCALL,
      "run_into(fn, args, extras, outs, alloc_meta, device, stream): call writing into outs; the code"},
     {"signature", signature, METH_O, "signature(args): bytes naming what a cached call plan depends on, or None"},
+    {"same_values", same_values, METH_O, "same_values(((dict, values), ...)): whether each dict holds exactly those objects"},
     {"set_abi_error", set_abi_error, METH_O, "the exception raised for arguments the ABI cannot carry"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a maxcode_run that does nothing"},
     {nullptr, nullptr, 0, nullptr},

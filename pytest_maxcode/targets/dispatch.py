@@ -249,7 +249,7 @@ class NativeDispatcher:
         #: a module whose layers read ``training``, verified in eval mode: no kernel in training mode
         self.eval_only = self.is_module and bool(entry.extra.get("eval_only"))
         #: a module target's parameters then buffers, per instance (see :meth:`_members`)
-        self._extras: dict[int, tuple[Any, list[tuple[dict, tuple]], list[Any] | None]] = {}
+        self._extras: dict[int, tuple[Any, tuple[tuple[dict, tuple], ...], list[Any] | None]] = {}
 
     def _fallback(self, key: str, message: str) -> None:
         self.handle.warn_once(key, f"{message}; using the reference")
@@ -420,17 +420,16 @@ class NativeDispatcher:
         key = id(module)
         entry = self._extras.get(key)
         if entry is not None and entry[0]() is module:
-            for d, held in entry[1]:
-                if len(d) != len(held) or not all(map(operator.is_, d.values(), held)):
-                    break
-            else:
+            fast = self.fast
+            if fast.same_values(entry[1]) if fast is not None else all(
+                    len(d) == len(held) and all(map(operator.is_, d.values(), held)) for d, held in entry[1]):
                 return entry[2]
         # with the first module call, not with the package: keeps start-up fast
         from .introspect import abi_extras
 
         if len(self._extras) >= MAX_PLANS:
             self._extras.clear()
-        dicts = [(d, tuple(d.values())) for m in module.modules() for d in (m._parameters, m._buffers, m._modules)]
+        dicts = tuple((d, tuple(d.values())) for m in module.modules() for d in (m._parameters, m._buffers, m._modules))
         named = abi_extras(module)
         extras = None if self._other_module(named) else [t for _, t, _ in named]
         self._extras[key] = (weakref.ref(module, lambda _, key=key: self._extras.pop(key, None)), dicts, extras)
