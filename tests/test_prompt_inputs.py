@@ -111,7 +111,7 @@ def test_module_prompt_lists_arguments_parameters_buffers_in_abi_order_and_the_v
     x0, x1 = torch.randn(8, 10), torch.randn(10, 16).t()  # the second workload is strided
     workloads = _workloads(tmp_path, {"w0": [x0], "w1": [x1]}, {"w0": [[[8, 5], "float32"]], "w1": [[[16, 5], "float32"]]})
     target = TargetInfo("refmod_prompt.Model", "refmod_prompt", "Model", tmp_path / "refmod_prompt.py", "module", "cpp")
-    desc = describe_target(target, workloads, tmp_path)  # the captured instance, read in a child process
+    desc = describe_target(target, workloads, tmp_path)  # the captured instance; the module is imported here
     assert desc is not None
     text = _system(target, workloads, desc)
 
@@ -148,7 +148,7 @@ def test_function_prompt_lists_arguments_scalars_and_the_module_constants_the_co
     x, y = torch.randn(4, 4), torch.randn(4, 4, dtype=torch.float64)
     workloads = _workloads(tmp_path, {"w0": [x, y, 0.75]}, {"w0": [[[4, 4], "float64"]]})
     target = TargetInfo("reffn_prompt.fused", "reffn_prompt", "fused", tmp_path / "reffn_prompt.py", "function", "cpp")
-    desc = describe_target(target, workloads, tmp_path)  # the marked function, read in a child process
+    desc = describe_target(target, workloads, tmp_path)  # the marked function, imported here
     assert desc is not None and desc == json.loads(json.dumps(describe(mod.fused.maxcode.reference, {"w0": [x, y, 0.75]})))
     text = render_inputs(desc, workloads)
 
@@ -164,6 +164,19 @@ def test_function_prompt_lists_arguments_scalars_and_the_module_constants_the_co
         assert f"- inputs[{pos}] `{name}` (argument): {str(t.dtype).replace('torch.', '')}, shape [{_dims(t.shape)}]" in text
     assert "- inputs[2] `beta` (scalar): float64, shape [], strides [], value 0.75" in text
     assert "- outputs[0]: float64, shape [4, 4], strides [4, 1]" in text
+
+
+def test_a_target_this_process_never_imported_is_described_by_a_child(tmp_path: Path) -> None:
+    """The search reads targets its process already imported in place (no ~3 s child); it never
+    imports one itself: a module the tests did not import is described by a child process."""
+    (tmp_path / "reffn_unimported.py").write_text(FUNCTION_SRC)
+    x, y = torch.randn(4, 4), torch.randn(4, 4, dtype=torch.float64)
+    workloads = _workloads(tmp_path, {"w0": [x, y, 0.75]}, {"w0": [[[4, 4], "float64"]]})
+    target = TargetInfo("reffn_unimported.fused", "reffn_unimported", "fused", tmp_path / "reffn_unimported.py", "function", "cpp")
+    path = list(sys.path)
+    desc = describe_target(target, workloads, tmp_path)
+    assert desc is not None and desc["globals"] == [["ALPHA", "0.5"]]
+    assert "reffn_unimported" not in sys.modules and sys.path == path
 
 
 def test_the_feedback_states_the_call_paths_share_of_a_call() -> None:

@@ -11,15 +11,17 @@ best-so-far and the parent are always shown.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..llm.base import LLMRequest, Message
-from ..targets.introspect import describe_in_subprocess
+from ..targets.introspect import describe_in_subprocess, describe_spec
 from .observation import Observation, build_observation, droppable, fence
 from .state import Node, SearchState
 from .techniques import DESCRIPTIONS, LOOP, NAMES
@@ -243,7 +245,11 @@ def render_inputs(desc: dict[str, Any], workloads: list[dict[str, Any]], native:
 
 def describe_target(target: TargetInfo, workloads: list[dict[str, Any]], root: Path) -> dict[str, Any] | None:
     """:func:`~pytest_maxcode.targets.introspect.describe_spec` for a marked target or a
-    KernelBench problem, in a child process; None (the prompt says less) when it fails."""
+    KernelBench problem; None (the prompt says less) when it fails. A marked target whose module
+    this process has already imported (the tests that called it did) is read here, as the
+    dispatcher reads it; anything else in a child process, so that no code runs here that had
+    not (a KernelBench problem's module, never imported by the search), at ~3 s for the child's
+    torch import."""
     if target.kind == "program" or not workloads:
         return None
     captured = [[w["name"], w["captured"]] for w in workloads if w.get("captured")]
@@ -251,6 +257,12 @@ def describe_target(target: TargetInfo, workloads: list[dict[str, Any]], root: P
     spec = {"kind": target.kind, "path": str(target.source_file), "qualname": target.qualname, "rootdir": str(root),
             "module": None if target.problem else target.module, "captured": captured,
             "instance": str(instance) if instance is not None and instance.exists() and not target.problem else None}
+    if not target.problem and target.module in sys.modules:
+        try:
+            # nothing added to this process's sys.path; JSON's shapes, as the child's are
+            return json.loads(json.dumps(describe_spec({**spec, "rootdir": None})))
+        except Exception:  # noqa: BLE001 - the user's module, read as the child would: a failure says less, never stops
+            return None
     try:
         return describe_in_subprocess(spec)
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
