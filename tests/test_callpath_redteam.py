@@ -103,6 +103,19 @@ class Affine(torch.nn.Module):
 
 
 @maxcode.optimize(lang="cpp")
+class Unstated(torch.nn.Module):
+    """Affine again, accepted by a lock entry that records no module configuration."""
+
+    def __init__(self, n: int = 16):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((n,), 2.0))
+        self.register_buffer("shift", torch.ones(n))
+
+    def forward(self, x):
+        return x * self.scale + self.shift
+
+
+@maxcode.optimize(lang="cpp")
 class Noisy(torch.nn.Module):
     """Affine, then dropout: the same in eval mode, another function in training mode."""
 
@@ -206,6 +219,7 @@ KERNELS: dict[str, tuple[str, list]] = {
     "mixed": (SINGLE, [[["float32", 1, True]]]),
     "Affine": (AFFINE, [[F32]]),
     "Noisy": (AFFINE, [[F32]]),
+    "Unstated": (AFFINE, [[F32]]),
 }
 #: what a search's report adds to some entries: the output layouts (so the first call runs the
 #: kernel) and how the reference hands its outputs back
@@ -586,6 +600,17 @@ def test_a_module_that_reads_training_gets_the_kernel_in_eval_mode_only(lib: Mod
         m.eval()
         torch.testing.assert_close(m(x), x * m.scale + m.shift)
         assert calls(lib.Noisy) == before + 2
+
+
+def test_a_module_lock_entry_without_its_configuration_gets_the_reference(lib: ModuleType) -> None:
+    """An entry written before locks recorded module_state cannot say which instances the kernel
+    may read: a 32-column layer reached the 16-column kernel. Every instance gets the reference."""
+    with torch.no_grad(), pytest.warns(UserWarning, match="records no module configuration.*pytest --maxcode"):
+        for n in (16, 32):
+            m, x = lib.Unstated(n), torch.randn(4, n)
+            for _ in range(3):
+                torch.testing.assert_close(m(x), x * m.scale + m.shift)
+    assert calls(lib.Unstated) == 0
 
 
 def test_which_modules_read_training() -> None:

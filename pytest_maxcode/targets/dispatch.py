@@ -362,7 +362,7 @@ class NativeDispatcher:
             named = abi_extras(module)
             other = self._other_module(named)
             if other:
-                self._fallback(f"module_state:{other}", f"this instance's {other} differs from the verified instance's")
+                self._fallback(f"module_state:{other}", other)
                 return ref(*args)
             # not detached before the checks: parameters that require grad while grad mode is on
             # need the reference's graph (detached first, a training step got no gradients)
@@ -436,18 +436,23 @@ class NativeDispatcher:
         return extras
 
     def _other_module(self, named: list[tuple[str, Any, str]]) -> str | None:
-        """What of a module instance's parameters and buffers (``introspect.abi_extras``) differs
-        from the configuration the lock says the kernel was verified on (None: nothing, or an
-        older lock that does not say)."""
+        """Why a module instance's parameters and buffers (``introspect.abi_extras``) may not reach
+        the kernel: they differ from the configuration the lock says it was verified on, or the
+        lock does not say (an entry written before it recorded one: a native kernel reads raw
+        memory, and one written for 128x128 weights reads a 256x64 layer past its end). None: they
+        may."""
         verified = self.entry.extra.get("module_state")
         if not verified:
-            return None
+            return ("the lock entry records no module configuration (written by an older version): run "
+                    "pytest --maxcode to verify the kernel again")
         if len(named) != len(verified):
-            return f"number of parameters and buffers ({len(named)}, verified {len(verified)})"
+            return (f"this instance's number of parameters and buffers ({len(named)}, verified {len(verified)}) "
+                    "differs from the verified instance's")
         for (name, t, _role), (v_name, v_shape, v_dtype) in zip(named, verified):
             dtype = str(t.dtype).replace("torch.", "")
             if name != v_name or list(t.shape) != list(v_shape) or dtype != v_dtype:
-                return f"{name} ({list(t.shape)} {dtype}; verified {v_name} {list(v_shape)} {v_dtype})"
+                return (f"this instance's {name} ({list(t.shape)} {dtype}; verified {v_name} {list(v_shape)} {v_dtype}) "
+                        "differs from the verified instance's")
         return None
 
     def _refused(self, call_args: tuple, tensors: list) -> bool:

@@ -31,6 +31,7 @@ import torch
 import pytest_maxcode as maxcode
 from pytest_maxcode.native import abi, callpath
 from pytest_maxcode.targets.dispatch import NativeDispatcher, arg_key
+from pytest_maxcode.targets.introspect import module_state
 from pytest_maxcode.targets.lock import LockEntry
 
 
@@ -145,7 +146,7 @@ def module_dispatched(noop: abi.NativeKernel) -> dict[str, float]:
     handle = Affine.maxcode
     entry = LockEntry(target=handle.id, reference_hash="", kernel="noop.cpp", kernel_hash="", lang="cpp",
                       device="cpu", arch="", speedup=1.0, speedup_ci=[1.0, 1.0], date="", tool_version="",
-                      extra={"outputs": {arg_key([x]): [[[64, 128], "float32"]]}})
+                      extra={"outputs": {arg_key([x]): [[[64, 128], "float32"]]}, "module_state": module_state(m)})
     d = NativeDispatcher(handle, entry, Path.cwd())
     d.kernel = noop
     handle._impl, handle.active = d, "kernel"
