@@ -208,6 +208,9 @@ def _add_bench_ab(sub: Subcommands) -> None:
     ab.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
     _fork_server_argument(ab)
     _history_arguments(ab)
+    ab.add_argument("--head-label", metavar="TEXT",
+                    help="how the table names the head (default: HEAD_REF); the action names a pull request's own head "
+                         "commit this way when what it measures is GitHub's merge of it into the base")
     ab.add_argument("--baseline", choices=("rerun", "stored"), default="rerun",
                     help="stored: take the base's figures from --history when it holds the base commit measured the same "
                          "way (then only the head runs); rerun (default): measure both")
@@ -951,7 +954,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
                                 progress=(lambda msg: console.log(msg)) if console else None,
                                 stored_base=stored.samples if stored else None)
     result = ab.judge(base, head, threshold=ns.threshold or reg.threshold, thresholds=reg.thresholds,
-                      base_label=ns.base, head_label=ns.head, timer=timer)
+                      base_label=ns.base, head_label=ns.head_label or ns.head, timer=timer)
     result.base_commit, result.head_commit = commits["base"], commits["head"]
     result.unit = "instructions" if timer == "instructions" else "s"
     again = ["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12], "--runs", str(ns.runs or reg.runs), "--timer", timer]

@@ -310,7 +310,7 @@ def test_the_app_key_reaches_only_the_token_step_after_pytest():
 
 
 def test_the_caches_keep_the_store_and_the_history():
-    """.maxcode is restored before the search and saved after it even when it failed; the
+    """.maxcode is restored before the search and saved after it and the pull requests, even when they failed; the
     benchmark history is restored by branch prefix and saved under a new key each run."""
     names = [s["name"] for s in steps()]
     restore, save = step("Restore .maxcode"), step("Save .maxcode")
@@ -321,6 +321,8 @@ def test_the_caches_keep_the_store_and_the_history():
     assert all(save["with"]["key"].startswith(p.rstrip("-")) for p in prefixes) and len(prefixes) == 2
     assert save["if"].startswith("always()")
     assert names.index("Restore .maxcode") < names.index("pytest --maxcode") < names.index("Save .maxcode")
+    # after maxcode pr: the reviewers' verdicts it recorded (.maxcode/bot) reach the next run and `maxcode status`
+    assert names.index("maxcode pr") < names.index("Save .maxcode")
     h_restore, h_save = step("Restore the benchmark history"), step("Save the benchmark history")
     assert h_restore["with"]["path"] == h_save["with"]["path"] == "${{ runner.temp }}/maxcode-history"
     assert h_restore["with"]["key"] == h_save["with"]["key"]
@@ -707,6 +709,17 @@ def test_regressions_steps(tmp_path):
     assert call["env"]["GITHUB_TOKEN"] is None
     assert runner.outputs("compare") == {"report": str(js), "markdown": str(md), "regressions": "2", "history": "true"}
     assert runner.summary.read_text() == "| benchmark | verdict |\n"
+    # the checkout is the pull request's head itself: no label; GitHub's merge of it: its head named
+    head_sha = git(ws, "rev-parse", "HEAD")
+    runner.ctx["github"]["event"]["pull_request"]["head"]["sha"] = head_sha
+    assert runner.run("Benchmarks, base and HEAD alternately").returncode == 0
+    assert "--head-label" not in runner.calls()[-1]["argv"]
+    merged_from = "0123456789abcdef0123456789abcdef01234567"
+    runner.ctx["github"]["event"]["pull_request"]["head"]["sha"] = merged_from
+    assert runner.run("Benchmarks, base and HEAD alternately").returncode == 0
+    argv = runner.calls()[-1]["argv"]
+    assert argv[argv.index("--head-label") + 1] == "merge of 0123456789ab into main"
+    runner.ctx["github"]["event"]["pull_request"]["head"].pop("sha")
 
     r = runner.run("maxcode comment")
     assert r.returncode == 0, r.stderr

@@ -110,13 +110,15 @@ def test_instruction_mode_flags_the_20_percent_and_never_the_unchanged(repo: Pat
 def test_the_command_line_runs_in_the_project_folder_and_fails_on_a_regression(repo: Path) -> None:
     # six runs a side: with four, twice in CI a loaded runner spread one benchmark's base runs by 30%
     # and the 2x (+51% [+8%, +110%], Holm p 0.14) was not significant
-    r = run_maxcode(["bench-ab", "base", "head", "--runs", "6", "--fail-on-regression", "--", *ARGS], cwd=repo / "proj")
+    r = run_maxcode(["bench-ab", "base", "head", "--runs", "6", "--fail-on-regression", "--head-label", "merge of head into main",
+                     "--", *ARGS], cwd=repo / "proj")
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-1000:]
     assert "| `test_bench.py::test_doubled` |" in r.stdout and "🔴 slower" in r.stdout
     assert "each process's fastest round one sample" in r.stdout
     shas = [git.Repo(repo).commit(ref).hexsha[:12] for ref in ("base", "head")]
     assert (f"Re-measure from the repository's root: `cd proj && maxcode bench-ab {shas[0]} {shas[1]} --runs 6 --timer time "
             f"-- {' '.join(ARGS)}`.") in r.stdout
+    assert f"Base `base` ({shas[0]}), head `merge of head into main` ({shas[1]})" in r.stdout
     bad = run_maxcode(["bench-ab", "base", "nope"], cwd=repo / "proj")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("maxcode: error: bench-ab: 'nope' is not a commit")
 
