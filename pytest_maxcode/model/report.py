@@ -92,6 +92,11 @@ class Measurement:
     call_overhead_us: float | None = None
     kernel_us: float | None = None
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Measurement:
+        """The report's ``measurement`` object; keys this version does not know are left out."""
+        return cls(**_known(cls, dict(data)))
+
 
 
 R = TypeVar("R", bound="JsonRow")
@@ -392,7 +397,7 @@ class TargetResult:
         best = data.get("best")
         kw["best"] = BestKernel(**_known(BestKernel, best)) if isinstance(best, dict) else None
         m = data.get("measurement")
-        kw["measurement"] = Measurement(**_known(Measurement, m)) if isinstance(m, dict) else None
+        kw["measurement"] = Measurement.from_json(m) if isinstance(m, dict) else None
         return cls(**kw, extra={k: v for k, v in data.items() if k not in known})
 
 

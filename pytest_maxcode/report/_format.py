@@ -13,8 +13,10 @@ from typing import Any
 
 from ..model.report import (
     Evaluation,
+    Measurement,
     Remeasure,
     SearchSummary,
+    TargetResult,
     WorkloadResult,
     row_of,
     rows_of,
@@ -311,9 +313,10 @@ def remeasure_command(target_id: str, repeats: int = REMEASURE_REPEATS) -> str:
     return f"maxcode remeasure {shlex.quote(target_id)} --repeat {repeats}"
 
 
-def remeasure_text(t: Mapping[str, Any]) -> tuple[str, str] | None:
-    """A quoted speedup's re-measure command and what each repeat should land in, or None."""
-    r = row_of(Remeasure, t.get("remeasure")) if isinstance(t, Mapping) else None
+def remeasure_text(t: TargetResult | Mapping[str, Any]) -> tuple[str, str] | None:
+    """A quoted speedup's re-measure command and what each repeat should land in, or None (a
+    typed target, as the bot holds it, or a report's JSON, as the renderers read it)."""
+    r = t.remeasure if isinstance(t, TargetResult) else row_of(Remeasure, t.get("remeasure")) if isinstance(t, Mapping) else None
     if r is None or not r.command:
         return None
     expect = r.expect
@@ -322,19 +325,24 @@ def remeasure_text(t: Mapping[str, Any]) -> tuple[str, str] | None:
     return str(r.command), where
 
 
-def noise_text(t: Mapping[str, Any]) -> str:
-    """How the quoted speedup was measured and how noisy the machine was, in one phrase, or ''."""
-    m = t.get("measurement") if isinstance(t, Mapping) else None
-    if not isinstance(m, Mapping):
+def noise_text(t: TargetResult | Mapping[str, Any]) -> str:
+    """How the quoted speedup was measured and how noisy the machine was, in one phrase, or ''
+    (a typed target or a report's JSON, as :func:`remeasure_text`)."""
+    if isinstance(t, TargetResult):
+        m = t.measurement
+    else:
+        raw = t.get("measurement") if isinstance(t, Mapping) else None
+        m = Measurement.from_json(raw) if isinstance(raw, Mapping) else None
+    if m is None:
         return ""
     parts = []
-    blocks = [b for b in (finite(x) for x in m.get("blocks") or []) if b is not None]
+    blocks = [b for b in (finite(x) for x in m.blocks or []) if b is not None]
     if blocks:
-        spread = finite(m.get("spread"))
+        spread = finite(m.spread)
         parts.append(f"blocks {', '.join(f'{b:.3g}x' for b in blocks)}" + (f" (spread {spread:.2f}x)" if spread else ""))
-    set_aside = int(finite(m.get("set_aside")) or 0)
+    set_aside = int(finite(m.set_aside) or 0)
     parts.append(f"{set_aside} timed round(s) set aside: other work had the CPU" if set_aside else "no timed round disturbed")
-    overhead, kernel = finite(m.get("call_overhead_us")), finite(m.get("kernel_us"))
+    overhead, kernel = finite(m.call_overhead_us), finite(m.kernel_us)
     if overhead is not None:
         parts.append(f"call overhead {overhead:.3g} us per call" + (f" beside {kernel:.3g} us of kernel" if kernel else ""))
     return "; ".join(parts)
