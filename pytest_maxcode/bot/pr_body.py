@@ -7,9 +7,9 @@ Safe to render: every text that came from a model, a compiler or a test run is e
 in what they hold, so a kernel's comment cannot close its code block and write the rest of the
 page. The title, the body and the commit message quote the numbers of one :class:`Numbers`.
 
-The bot hands these functions its typed :class:`TargetResult` and :class:`Report`; like the
-report's own renderers they read the report's JSON (what :func:`as_json` turns them into), so a
-hand-written or partial target still renders.
+The bot hands these functions its typed :class:`TargetResult` and :class:`Report`, and they read
+their attributes. A target or report given as JSON (a hand-written or partial one, a test's) is
+read into those types once, where it enters (:func:`as_target`, :func:`parse_report`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ from ..apply import is_program
 from ..errors import MaxcodeError
 from ..model.report import (
     BenchmarkResult,
-    Evaluation,
+    ReferenceInfo,
     Report,
-    SearchSummary,
     TargetResult,
+    TargetStatus,
     Timing,
-    WorkloadResult,
-    row_of,
-    rows_of,
+    parse_report,
+    parse_target,
 )
 from ..report import fmt_time, md_escape, noise_text, remeasure_text, sandbox_weak
 
@@ -43,13 +42,17 @@ FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}
 MAX_SOURCE_CHARS = 60_000  # GitHub caps a PR body at 65536 characters
 MAX_REPLACED_CHARS = 20_000  # a replacement shows two sources and a diff within the same cap
 
-#: a target as the bot holds it, or as the report's JSON holds it
+#: a target as the bot holds it, or as the report's JSON holds it (read with :func:`as_target`)
 Target = TargetResult | Mapping[str, Any]
 
 
-def as_json(t: TargetResult | Report | Mapping[str, Any]) -> Mapping[str, Any]:
-    """A target or report as the published JSON this renderer reads."""
-    return t.to_json() if isinstance(t, (TargetResult, Report)) else t
+def as_target(t: Target) -> TargetResult:
+    """``t`` as a :class:`TargetResult`. A hand-written target may leave out its status and id,
+    which the body does not quote: only verified targets get a pull request, and a marker test
+    asks for numbers alone. A malformed one is a one-line MaxcodeError (:func:`parse_target`)."""
+    if isinstance(t, TargetResult):
+        return t
+    return parse_target({"id": "", "status": TargetStatus.VERIFIED.value, **t}, "the pull request's target")
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,11 @@ class Accepted:
         fmt = "compat" if self.lang == "py" else "native"
         return hashlib.sha256(f"{fmt}\0{self.lang}\0{self.source}".encode()).hexdigest()
 
-    def measured_in(self, t: Target) -> Accepted:
+    def measured_in(self, t: TargetResult) -> Accepted:
         """This kernel with the figures the report's search measured for it, where it did: its
         own node (origin ``accepted:``, the same source), correct and timed in that run (a figure
         resumed from the store was measured on another day, perhaps on another machine)."""
-        trajectory = t.trajectory if isinstance(t, TargetResult) else rows_of(Evaluation, t.get("trajectory"))
-        for row in trajectory:
+        for row in t.trajectory:
             if (row.origin == f"accepted:{self.kernel}" and row.hash == self.candidate_hash and not row.resumed
                     and row.status in ("faster", "not_faster") and row.speedup):
                 return replace(self, run_speedup=float(row.speedup), run_ci=interval(row.speedup_ci))
@@ -114,18 +116,16 @@ class Numbers:
         return f"{self.speedup / self.accepted:.3g}x" if self.accepted else ""
 
 
-def interval(ci: Sequence[Any] | None) -> tuple[float, float] | None:
+def interval(ci: Sequence[float] | None) -> tuple[float, float] | None:
     """A stored ``[low, high]`` as a pair of floats; None where there is none."""
     return (float(ci[0]), float(ci[1])) if ci and len(ci) == 2 else None
 
 
 def numbers(t: Target, accepted: Accepted | None = None) -> Numbers:
-    if isinstance(t, TargetResult):
-        if t.speedup is None:
-            raise MaxcodeError(f"{t.id}: the report quotes no speedup for it; run pytest --maxcode again")
-        own = float(t.speedup), interval(t.speedup_ci)
-    else:
-        own = float(t["speedup"]), interval(t.get("speedup_ci"))
+    t = as_target(t)
+    if t.speedup is None:
+        raise MaxcodeError(f"{t.id}: the report quotes no speedup for it; run pytest --maxcode again")
+    own = float(t.speedup), interval(t.speedup_ci)
     if accepted is None:
         return Numbers(*own)
     here = accepted.run_speedup is not None
@@ -134,7 +134,7 @@ def numbers(t: Target, accepted: Accepted | None = None) -> Numbers:
 
 # -- safe text ----------------------------------------------------------------------------
 
-def text(value: Any) -> str:
+def text(value: object) -> str:
     """Untrusted text as one literal markdown line: no emphasis, HTML, links, headings or @mentions."""
     return md_escape(value).replace("@", "&#64;")
 
@@ -143,7 +143,7 @@ def _longest_run(s: str, char: str = "`") -> int:
     return max((len(m) for m in re.findall(re.escape(char) + "+", s)), default=0)
 
 
-def code(value: Any, *, cell: bool = False) -> str:
+def code(value: object, *, cell: bool = False) -> str:
     """Untrusted text as an inline code span: one line, delimited by more backticks than it holds
     (``cell``: inside a table row, where a bare ``|`` would end the cell)."""
     s = " ".join(str(value).split())
@@ -193,33 +193,38 @@ def parse_marker_fields(body: str | None) -> dict[str, str]:
 
 # -- title, commit message ----------------------------------------------------------------
 
-def _device(t: Mapping[str, Any], machine: Mapping[str, Any]) -> str:
-    if t.get("device") == "cuda":
+def _device(t: TargetResult, machine: Mapping[str, object]) -> str:
+    if t.device == "cuda":
         gpu = str(machine.get("gpu") or "GPU")
         return re.sub(r"^NVIDIA\s+", "", gpu).split(" ")[0] if gpu != "GPU" else gpu
     return "CPU"
 
 
-def _lang(t: Mapping[str, Any]) -> str:
-    return "C++ program" if is_program(t) else LANG_NAMES.get(str((t.get("best") or {}).get("lang")), "native")
+def _kernel_lang(t: TargetResult) -> str:
+    """The best kernel's language ("cpp", "cuda", "py"; '' where the report does not say)."""
+    return t.best.lang if t.best is not None and t.best.lang else ""
 
 
-def title(t: Target, machine: Mapping[str, Any], nums: Numbers | None = None) -> str:
+def _lang(t: TargetResult) -> str:
+    return "C++ program" if is_program(t) else LANG_NAMES.get(_kernel_lang(t), "native")
+
+
+def title(t: Target, machine: Mapping[str, object], nums: Numbers | None = None) -> str:
+    t = as_target(t)
     nums = nums or numbers(t)
-    t = as_json(t)
     where = f"({_lang(t)}, {' '.join(_device(t, machine).split())[:40]})"
     if nums.accepted:
-        return f"⚡ Replace the accepted kernel of {t['id']}: {nums.accepted:.3g}x -> {nums.x} {where}"
-    return f"⚡ Speed up {t['id']} {nums.x} {where}"
+        return f"⚡ Replace the accepted kernel of {t.id}: {nums.accepted:.3g}x -> {nums.x} {where}"
+    return f"⚡ Speed up {t.id} {nums.x} {where}"
 
 
-def commit_message(t: Target, machine: Mapping[str, Any], nums: Numbers, kernel_hash: str,
+def commit_message(t: Target, machine: Mapping[str, object], nums: Numbers, kernel_hash: str,
                    accepted: Accepted | None = None) -> str:
     """The bot's commit message: the title's numbers and nothing a later run could contradict."""
-    t = as_json(t)
+    t = as_target(t)
     interval = f" (95% CI {nums.interval})" if nums.ci else ""
     lines = [title(t, machine, nums), "",
-             f"Kernel {kernel_hash} for {t['id']}, verified by pytest-maxcode: {nums.x}{interval} over the original."]
+             f"Kernel {kernel_hash} for {t.id}, verified by pytest-maxcode: {nums.x}{interval} over the original."]
     if accepted:
         lines.append(f"Replaces the accepted kernel {accepted.kernel_hash[:16]} ({nums.accepted:.3g}x"
                      f"{' in the same run' if nums.accepted_here else ''}): {nums.over_accepted} faster than it.")
@@ -242,14 +247,20 @@ class Where:
     base: str = "main"
 
 
-def _what(t: Mapping[str, Any], lang: str, kernel_path: str, ref: Mapping[str, Any]) -> str:
+def _said(ref: ReferenceInfo | None, name: str) -> str:
+    """A field of the target's reference as the report says it, "?" where it does not."""
+    return str(getattr(ref, name)) if ref is not None and ref.given(name) else "?"
+
+
+def _what(t: TargetResult, lang: str, kernel_path: str) -> str:
     """The opening paragraph: what was found, how it was checked, and what the change does."""
     if is_program(t):
         return (f"pytest-maxcode rewrote the C++ program {code(kernel_path)}, ran the rewrite on the program's test cases "
-                f"({code(ref.get('testcases', '?'))}: each input on stdin, the output compared with the expected one; lines equal, "
+                f"({code(_said(t.reference, 'testcases'))}: each input on stdin, the output compared with the expected one; lines equal, "
                 "or numbers within 1e-3), and timed both programs interleaved, test case by test case. This pull request "
                 "replaces the program's source with the rewrite.")
-    return (f"pytest-maxcode found a {LANG_NAMES.get(lang, text(lang))} kernel for {code(t['id'])} ({code(ref.get('file', '?'))}), "
+    return (f"pytest-maxcode found a {LANG_NAMES.get(lang) or text(lang) or 'native'} kernel for {code(t.id)} "
+            f"({code(_said(t.reference, 'file'))}), "
             "checked it against the original on the inputs your tests pass it, re-ran your tests with it active, "
             f"and timed both interleaved in one process. The kernel is {code(kernel_path)}; `maxcode.lock` routes calls to it "
             "for the input signatures it was checked on, and everything else still runs the original.")
@@ -270,31 +281,30 @@ def body(t: Target, report: Report | Mapping[str, Any], *, source: str, where: W
     ``where`` at the repository's root, are kept for the callers (tests among them) written before
     :class:`Where`; all but the target and the report are keyword-only."""
     where = where or Where(branch, kernel_path, kernel_hash)
+    t, report = as_target(t), parse_report(report)
     nums = nums or numbers(t, accepted)
-    t, report = as_json(t), as_json(report)
-    best = t.get("best") or {}
-    lang = str(best.get("lang"))
-    ref = t.get("reference") or {}
-    heading = (f"## ⚡ A faster kernel for {code(t['id'])}: {nums.x}, replacing the accepted {nums.accepted:.3g}x"
-               if accepted else f"## ⚡ {code(t['id'])} is {nums.x} faster")
+    lang = _kernel_lang(t)
+    heading = (f"## ⚡ A faster kernel for {code(t.id)}: {nums.x}, replacing the accepted {nums.accepted:.3g}x"
+               if accepted else f"## ⚡ {code(t.id)} is {nums.x} faster")
+    searched = t.reference.hash if t.reference is not None else ""
     out = [
-        marker(t["id"], where.kernel_hash, reference=reference_hash or str(ref.get("hash") or ""), nums=nums),
+        marker(t.id, where.kernel_hash, reference=reference_hash or str(searched or ""), nums=nums),
         heading,
         "",
-        _what(t, lang, where.kernel_path, ref),
+        _what(t, lang, where.kernel_path),
         *_replaces(accepted, nums, where),
         "",
         "| workload | original | optimized | speedup (95% CI) |",
         "|---|---:|---:|---:|",
-        f"| **all (geometric mean)** | {fmt_time(t.get('baseline_s'))} | {fmt_time(t.get('best_s'))} | **{nums.x}**{ci_text(nums.ci)} |",
+        f"| **all (geometric mean)** | {fmt_time(t.baseline_s)} | {fmt_time(t.best_s)} | **{nums.x}**{ci_text(nums.ci)} |",
     ]
-    for w in rows_of(WorkloadResult, t.get("workloads")):
+    for w in t.workloads:
         out.append(f"| {code(w.signature, cell=True)} ({w.n_sets} input sets) | {fmt_time(w.reference_s)} | "
                    f"{fmt_time(w.candidate_s)} | {w.speedup:.3g}x{ci_text(w.speedup_ci)} |")
-    out += ["", f"Verdict: {text(t.get('reason', ''))}"]
+    out += ["", f"Verdict: {text(t.reason)}"]
     out += _reproduce(t)
     out += _warnings(t)
-    out += _benchmarks(rows_of(BenchmarkResult, t.get("benchmarks")), where)
+    out += _benchmarks(t.benchmarks, where)
     out += _tests(t)
     out += _environment(t, report)
     out += _search(t)
@@ -303,7 +313,7 @@ def body(t: Target, report: Report | Mapping[str, Any], *, source: str, where: W
     return "\n".join(out) + "\n"
 
 
-def _reproduce(t: Mapping[str, Any]) -> list[str]:
+def _reproduce(t: TargetResult) -> list[str]:
     """The command that re-measures the quoted speedup and the interval it should land in, and
     how noisy the machine was while it was measured."""
     out = []
@@ -334,13 +344,13 @@ def _replaces(accepted: Accepted | None, nums: Numbers, where: Where) -> list[st
             f"| measured | {measured} | this run |"]
 
 
-def _warnings(t: Mapping[str, Any]) -> list[str]:
+def _warnings(t: TargetResult) -> list[str]:
     out: list[str] = []
-    if sandbox_weak(t.get("sandbox")):
-        out += ["", (f"> [!WARNING]\n> The candidates were checked without a full OS sandbox: {text(t.get('sandbox'))}. "
+    if sandbox_weak(t.sandbox):
+        out += ["", (f"> [!WARNING]\n> The candidates were checked without a full OS sandbox: {text(t.sandbox)}. "
                 "Candidate code could reach the timer, the network and this user's files; re-check with bubblewrap installed.")]
-    if t.get("range_limited"):
-        out += ["", (f"> [!CAUTION]\n> Range-limited: {text(t['range_limited'])}. The kernel is right on the inputs "
+    if t.range_limited:
+        out += ["", (f"> [!CAUTION]\n> Range-limited: {text(t.range_limited)}. The kernel is right on the inputs "
                 "your tests pass, not on the wider or special values (NaN, inf, large magnitudes) listed as failed; "
                 "this target sets `accept_range_limited`, so it is proposed anyway.")]
     return out
@@ -367,42 +377,47 @@ def _benchmarks(benchmarks: Sequence[BenchmarkResult], where: Where) -> list[str
     return out
 
 
-def _tests(t: Mapping[str, Any]) -> list[str]:
-    tests = t.get("tests") or {}
-    rerun = tests.get("rerun") or []
+def _tests(t: TargetResult) -> list[str]:
+    tests = t.tests
+    rerun = tests.rerun or []
     heading = "### Tests re-run with the kernel active"
     if is_program(t):
-        heading = "### Test cases and tests re-run on the rewrite" if tests.get("pytest") else "### Test cases re-run on a fresh build of the rewrite"
-    calls = tests.get("kernel_calls")
+        heading = "### Test cases and tests re-run on the rewrite" if tests.pytest else "### Test cases re-run on a fresh build of the rewrite"
+    calls = tests.kernel_calls
     out = ["", heading, "",
-           f"{'✅' if tests.get('passed') else '❌'} {text(tests.get('summary', ''))}"
+           f"{'✅' if tests.passed else '❌'} {text(tests.summary)}"
            + (f"; the kernel was called {int(calls)} time(s)" if isinstance(calls, int) and calls else "")]
     if rerun:
         out += ["", f"<details><summary>{len(rerun)} test(s)</summary>", "", *[f"- {code(n)}" for n in rerun], "", "</details>"]
     return out
 
 
-def _environment(t: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
-    machine = report.get("machine") or {}
+def _or_unknown(value: str | None) -> str:
+    """A field the report may leave out (None), as the body shows it: "?"."""
+    return "?" if value is None else value
+
+
+def _environment(t: TargetResult, report: Report) -> list[str]:
+    machine = report.machine
     return ["", "### Environment", "",
-            f"- device: {text(t.get('device', '?'))}" + (f" ({text(machine['gpu'])})" if machine.get("gpu") else "")
-            + f", arch {text(t.get('arch', '?'))}",
+            f"- device: {text(_or_unknown(t.device))}" + (f" ({text(machine['gpu'])})" if machine.get("gpu") else "")
+            + f", arch {text(_or_unknown(t.arch))}",
             f"- CPU: {text(machine.get('cpu', '?'))}, {text(machine.get('cores', '?'))} cores",
-            f"- torch {text(machine.get('torch', '?'))}, pytest-maxcode {text(report.get('tool_version', '?'))}"]
+            f"- torch {text(machine.get('torch', '?'))}, pytest-maxcode {text(report.tool_version or '?')}"]
 
 
-def _search(t: Mapping[str, Any]) -> list[str]:
-    search = row_of(SearchSummary, t.get("search")) if t.get("search") else None  # an empty one is none
-    cands = t.get("candidates") or {}
-    if search is None:
+def _search(t: TargetResult) -> list[str]:
+    search = t.search
+    if search is None or not search.to_json():  # an empty one is none
         return []
+    cands = t.candidates
     model = text(search.llm) if search.llm else "no model (built-in candidates)"
     return ["", "### Search", "",
             f"- strategy {code(search.strategy)}, policy {code(search.policy)}, model {model}",
-            (f"- {int(cands.get('tried', 0))} candidate(s) tried, {int(cands.get('correct', 0))} correct, "
-            f"{int(cands.get('faster', 0))} faster; stopped because {text(search.stop_reason if search.given('stop_reason') else '?')}"),
-            (f"- {int(search.llm_calls if search.given('llm_calls') else 0)} LLM call(s), "
-            f"{int(search.tokens if search.given('tokens') else 0)} tokens, ${float(search.cost_usd or 0):.4f}")]
+            (f"- {int(cands.tried)} candidate(s) tried, {int(cands.correct)} correct, "
+            f"{int(cands.faster)} faster; stopped because {text(search.stop_reason if search.given('stop_reason') else '?')}"),
+            (f"- {int(search.llm_calls or 0)} LLM call(s), "
+            f"{int(search.tokens or 0)} tokens, ${float(search.cost_usd or 0):.4f}")]
 
 
 def _cap(source: str, limit: int) -> str:
@@ -413,7 +428,7 @@ def _details(summary: str, inner: list[str]) -> list[str]:
     return ["", f"<details><summary>{summary}</summary>", "", *inner, "", "</details>"]
 
 
-def _source(t: Mapping[str, Any], source: str, kernel_path: str, lang: str, accepted: Accepted | None) -> list[str]:
+def _source(t: TargetResult, source: str, kernel_path: str, lang: str, accepted: Accepted | None) -> list[str]:
     what = "The rewritten program" if is_program(t) else "Kernel source"
     lines = source.count("\n") + 1
     path = html.escape(kernel_path)
@@ -430,19 +445,20 @@ def _source(t: Mapping[str, Any], source: str, kernel_path: str, lang: str, acce
 def check_commands(t: Target, where: Where) -> list[str]:
     """The commands of "Check it yourself", runnable as written from the repository root in
     bash or zsh: the branch, then ``cd`` into the project, then the tests (ids shell-quoted)."""
-    t = as_json(t)
+    t = as_target(t)
     q = shlex.quote
-    rerun = [str(n) for n in (t.get("tests") or {}).get("rerun") or []][:3]
+    rerun = [str(n) for n in t.tests.rerun or []][:3]
     out = [f"git fetch {q(where.remote)} {q(where.branch)} && git checkout {q(where.branch)}"]
     if where.project_dir not in ("", "."):
         out.append(f"cd {q(where.project_dir)}")
     if not is_program(t):
         out += ["maxcode status", " ".join(["pytest", *map(q, rerun)])]
-    out.append(f"pytest --maxcode --maxcode-target={q(str(t['id']))}")
+    out.append(f"pytest --maxcode --maxcode-target={q(str(t.id))}")
     return out
 
 
 def check_it(t: Target, where: Where) -> list[str]:
+    t = as_target(t)
     steps = ["check out this branch"] + (["go to the project's folder"] if where.project_dir not in ("", ".") else [])
     if not is_program(t):
         steps += ["see that the kernel is active on this machine", "run your tests with it"]
