@@ -24,7 +24,8 @@ import pytest
 import torch
 
 from pytest_maxcode.targets.accept import accept
-from pytest_maxcode.targets.dispatch import install
+from pytest_maxcode.targets.dispatch import arg_key, dispatch_overhead_us, install
+from pytest_maxcode.targets.introspect import module_state
 from pytest_maxcode.targets.lock import read_lock
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest_maxcode.targets.handle.MaxcodeWarning")
@@ -611,6 +612,24 @@ def test_a_module_lock_entry_without_its_configuration_gets_the_reference(lib: M
             for _ in range(3):
                 torch.testing.assert_close(m(x), x * m.scale + m.shift)
     assert calls(lib.Unstated) == 0
+
+
+def test_the_overhead_a_report_states_is_the_dispatchers_planned_path(lib: ModuleType) -> None:
+    """The report's call overhead is what user code pays besides the kernel, measured with a
+    no-op kernel on the planned path: for a function and for a module (its parameters and
+    buffers too); no figure where no plan would serve the calls (an instance unlike the verified one)."""
+    x = torch.randn(4, 16)
+    m = lib.Affine()
+    state = module_state(m)
+    outputs = {"outputs": {arg_key([x]): [[[4, 16], "float32"]]}, "pack": "bare"}
+    module_us = dispatch_overhead_us(lib.Affine.maxcode, (m, x), {**outputs, "module_state": state}, calls=200)
+    function_us = dispatch_overhead_us(lib.twice.maxcode, (torch.randn(32),), {"outputs": {}, "pack": "bare"}, calls=200)
+    assert module_us is not None and 0 < module_us < 1000, module_us
+    assert function_us is not None and 0 < function_us < 1000, function_us
+    with warnings.catch_warnings():  # the handle warns once (an earlier test may have seen it)
+        warnings.simplefilter("ignore")
+        assert dispatch_overhead_us(lib.Affine.maxcode, (lib.Affine(32), torch.randn(4, 32)),
+                                    {"pack": "bare", "module_state": state}, calls=200) is None
 
 
 def test_which_modules_read_training() -> None:

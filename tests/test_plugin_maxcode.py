@@ -216,6 +216,9 @@ def test_every_quoted_speedup_comes_with_its_remeasure_command_and_the_noise(app
     flat = " ".join(result.stdout.split())  # the terminal wraps long lines
     assert cmd in flat and expect in flat and "mylib.fused measured: blocks" in flat, result.stdout[-3000:]
     assert f"call overhead {m['call_overhead_us']:.3g} us per call beside {m['kernel_us']:.3g} us of kernel" in flat
+    # and what user code pays per call besides the kernel: the dispatcher's planned path, with a no-op kernel
+    assert 0 < m["dispatch_overhead_us"] < 1000, m
+    assert f"({m['dispatch_overhead_us']:.3g} us through the dispatcher, as your code calls it)" in flat
     summary = (path / ".maxcode" / "reports" / "summary.md").read_text()
     assert f"`{cmd}`" in summary and expect in summary
     assert cmd in (path / ".maxcode" / "reports" / "report.html").read_text()

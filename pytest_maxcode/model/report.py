@@ -88,8 +88,12 @@ class Measurement:
     set_aside: int = 0
     #: what the timer noticed ("the machine was too busy for 15 undisturbed rounds", ...)
     notes: list[str] = field(default_factory=list)
-    #: what one call through the kernel's call path costs, beside the kernel's own time
+    #: what one call through the kernel's call path costs, beside the kernel's own time (the
+    #: compiled call: allocation, descriptors, call; in the oracle's candidate time)
     call_overhead_us: float | None = None
+    #: what one call costs user code besides the kernel: the runtime dispatcher's whole planned
+    #: path (signature, plan; a module's parameters and buffers), with a kernel that does nothing
+    dispatch_overhead_us: float | None = None
     kernel_us: float | None = None
 
     @classmethod

@@ -343,8 +343,10 @@ def noise_text(t: TargetResult | Mapping[str, Any]) -> str:
     set_aside = int(finite(m.set_aside) or 0)
     parts.append(f"{set_aside} timed round(s) set aside: other work had the CPU" if set_aside else "no timed round disturbed")
     overhead, kernel = finite(m.call_overhead_us), finite(m.kernel_us)
+    dispatched = finite(m.dispatch_overhead_us)
     if overhead is not None:
-        parts.append(f"call overhead {overhead:.3g} us per call" + (f" beside {kernel:.3g} us of kernel" if kernel else ""))
+        parts.append(f"call overhead {overhead:.3g} us per call" + (f" beside {kernel:.3g} us of kernel" if kernel else "")
+                     + (f" ({dispatched:.3g} us through the dispatcher, as your code calls it)" if dispatched is not None else ""))
     return "; ".join(parts)
 
 

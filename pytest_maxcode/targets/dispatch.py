@@ -577,3 +577,43 @@ class CompatDispatcher:
                     inst.load_state_dict(module.state_dict(), strict=False)
             self.instances[module] = inst
         return inst
+
+
+def dispatch_overhead_us(handle: TargetHandle, args: tuple, entry_extra: dict[str, Any], *, calls: int = 2000) -> float | None:
+    """What one call of ``handle``'s target costs user code besides its kernel: a kernel that
+    does nothing, accepted with ``entry_extra`` (the lock entry's outputs, pack and module
+    configuration), called with ``args`` (a module target's instance first) on the planned
+    path a verified kernel's calls take, wrapper to outputs; the median of five runs, in µs.
+    The oracle times the compiled call itself (allocation, descriptors, call) on both sides of
+    the boundary; this adds the dispatcher's own work: the signature, the plan, and for a module
+    its parameters and buffers. None where no plan serves such calls (CPU, new outputs only)."""
+    # the compiled path and torch, when a kernel was found: keeps start-up fast
+    import time
+
+    import torch
+
+    from ..native import callpath
+    from ..native.abi import NativeKernel
+
+    helper = callpath.load()
+    if helper is None or handle.options.inplace:
+        return None
+    entry = LockEntry(target=handle.id, reference_hash="", kernel="", kernel_hash="", lang="cpp", device="cpu", arch="",
+                      speedup=1.0, speedup_ci=[1.0, 1.0], date="", tool_version="", extra=dict(entry_extra))
+    d = NativeDispatcher(handle, entry, Path.cwd())
+    _TRACED.remove(d)  # a measurement, not the project's calls
+    d.kernel, d.fast = NativeKernel.at_address(helper.noop_address()), helper
+    ref = handle.reference
+    now = time.perf_counter_ns
+    with torch.no_grad():
+        for _ in range(2):  # the first call learns or checks the output layout, the second leaves a plan
+            d(ref, args, {})
+        if not d.plans:
+            return None
+        runs = []
+        for _ in range(5):
+            t0 = now()
+            for _ in range(calls):
+                d(ref, args, {})
+            runs.append((now() - t0) / calls / 1e3)
+    return round(sorted(runs)[2], 3)
