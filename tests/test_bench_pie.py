@@ -234,6 +234,29 @@ def test_compile_cache_and_flags(tmp_path: Path) -> None:
     assert runs[2]["cxxflags"] == "-O2 --std=c++17" and runs[2]["metrics"]["correct"] == 1
 
 
+@needs_gxx
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (the sandbox with a read-only filesystem)")
+def test_candidate_programs_run_sandboxed(tmp_path: Path) -> None:
+    """A PIE candidate is model output: it runs in the sandbox, so a write outside its folder
+    and a secret in the caller's environment are out of its reach, and it is still judged."""
+    pwned = tmp_path / "pwned.txt"
+    row = json.loads(PROBLEMS.read_text().splitlines()[0])  # sum_fast
+    attack = row["tgt_code"].replace("int main() {", (
+        "#include <cstdlib>\nint main() {\n"
+        f'    if (FILE* f = std::fopen("{pwned}", "w")) {{ std::fputs("x", f); std::fclose(f); }}\n'
+        '    if (const char* k = std::getenv("MAXCODE_CANARY_TOKEN")) if (FILE* f = std::fopen("' + str(pwned) + '", "w")) '
+        '{ std::fputs(k, f); std::fclose(f); }'), 1)
+    assert attack != row["tgt_code"]
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({**row, "tgt_code": attack}) + "\n")
+    r = _bench(tmp_path, str(one), "--testcases", str(TESTCASES), "--repeats", "1", "--json", "r.json",
+               env={"MAXCODE_CANARY_TOKEN": "canary-pie"})
+    assert r.returncode == 0, r.stderr
+    (row_out,) = json.loads((tmp_path / "r.json").read_text())["problems"]
+    assert row_out["correct"], row_out["reason"]
+    assert not pwned.exists()
+
+
 # ---------------------------------------------------------------- usage errors: one line, exit 2
 
 

@@ -375,7 +375,10 @@ def test_compat_builds_are_cached_in_the_project_yet_written_only_by_maxcode(pro
 
 
 @needs_bwrap
-def test_program_runs_are_sandboxed_when_a_kind_is_named(tmp_path: Path) -> None:
+def test_program_runs_are_sandboxed_by_default(tmp_path: Path) -> None:
+    """A candidate program is model-written code: under ``auto`` its runs (and the source's)
+    go through the sandbox, not only when a kind is named (before, a default run let the
+    program write anywhere the user could)."""
     from test_programs import FAST, SLOW, candidate, make_project
 
     from pytest_maxcode.oracle.program import ProgramOracle, program_config
@@ -387,15 +390,15 @@ def test_program_runs_are_sandboxed_when_a_kind_is_named(tmp_path: Path) -> None
     attack = SLOW.replace("int main() {", f'#include <cstdio>\nint main() {{\n  if (FILE* f = fopen("{pwned}", "w")) {{ fputs("x", f); fclose(f); puts("pwned"); }}', 1)
     assert attack != SLOW
     p = ProgramTarget("sums", Path("src/sums.cpp"), Path("cases"))
-    with ProgramOracle(p, program_config(p, 1.05, sandbox="bwrap"), root) as oracle:
+    with ProgramOracle(p, program_config(p, 1.05), root) as oracle:
         fast, writer = oracle.check([candidate(root, "fast", FAST), candidate(root, "writer", attack)])
-    assert fast.sandbox == writer.sandbox == resolve("bwrap").describe()
+    assert fast.sandbox == writer.sandbox == resolve("auto").describe() and resolve("auto").kind == "bwrap"
     assert fast.correct and fast.speedup > 1.0, fast.reasons
     assert writer.correct, writer.reasons
     assert not pwned.exists()
-    with ProgramOracle(p, program_config(p, 1.05), root) as oracle:
-        (default,) = oracle.check([candidate(root, "fast", FAST)])
-    assert default.sandbox.startswith("none (not enforced: program runs are not sandboxed")
+    with ProgramOracle(p, program_config(p, 1.05, sandbox="none"), root) as oracle:
+        (unsandboxed,) = oracle.check([candidate(root, "fast", FAST)])
+    assert unsandboxed.sandbox.startswith("none (not enforced")  # only when asked for, and it says so
 
 
 @pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")

@@ -32,9 +32,11 @@ from ..native.program import (
     CXX,
     VALGRIND_SLOWDOWN,
     Build,
+    Sandbox,
     SuiteFailure,
     TestCase,
     compile_program,
+    program_sandbox,
     count_instructions,
     run_suite,
     tests_in,
@@ -335,6 +337,8 @@ class Setup:
     timer: str
     jobs: int
     scratch: Path
+    #: what the programs run under (the source's and the candidate's alike)
+    sandbox: Sandbox | None = None
 
 
 @dataclass
@@ -352,7 +356,7 @@ def check_pair(pair: Pair, s: Setup) -> Verdict:
     if src.binary is None:
         return Verdict(pair, invalid=f"source does not compile: {src.error}")
     try:
-        run_suite(src.binary, tests, s.timeout, s.scratch)
+        run_suite(src.binary, tests, s.timeout, s.scratch, s.sandbox)
     except SuiteFailure as e:
         return Verdict(pair, invalid=f"source fails {e}")
     if pair.candidate is None:
@@ -361,7 +365,7 @@ def check_pair(pair: Pair, s: Setup) -> Verdict:
     if cand.binary is None:
         return Verdict(pair, reason=f"does not compile: {cand.error}")
     try:
-        run_suite(cand.binary, tests, s.timeout, s.scratch)
+        run_suite(cand.binary, tests, s.timeout, s.scratch, s.sandbox)
     except SuiteFailure as e:
         return Verdict(pair, reason=str(e))
     return Verdict(pair)
@@ -369,8 +373,8 @@ def check_pair(pair: Pair, s: Setup) -> Verdict:
 
 def time_wall(src: Path, cand: Path, tests: Sequence[TestCase], s: Setup) -> tuple[float, float]:
     """Medians of whole-suite wall times, runs interleaved ABAB so both see the same machine drift."""
-    run_suite(src, tests, s.timeout, s.scratch)
-    run_suite(cand, tests, s.timeout, s.scratch)
+    run_suite(src, tests, s.timeout, s.scratch, s.sandbox)
+    run_suite(cand, tests, s.timeout, s.scratch, s.sandbox)
     a, b = [], []
     for _ in range(s.repeats):
         a.append(_timed("source", src, tests, s))
@@ -380,18 +384,18 @@ def time_wall(src: Path, cand: Path, tests: Sequence[TestCase], s: Setup) -> tup
 
 def _timed(who: str, binary: Path, tests: Sequence[TestCase], s: Setup) -> float:
     try:
-        return run_suite(binary, tests, s.timeout, s.scratch)
+        return run_suite(binary, tests, s.timeout, s.scratch, s.sandbox)
     except SuiteFailure as e:
         raise SuiteFailure(f"{who} failed a timed run: {e}") from None
 
 
 def time_instructions(src: Path, cand: Path, tests: Sequence[TestCase], s: Setup) -> tuple[float, float]:
     try:
-        a = count_instructions(src, tests, s.timeout, s.scratch)
+        a = count_instructions(src, tests, s.timeout, s.scratch, s.sandbox)
     except SuiteFailure as e:
         raise SuiteFailure(f"source failed under callgrind: {e}") from None
     try:
-        b = count_instructions(cand, tests, s.timeout, s.scratch)
+        b = count_instructions(cand, tests, s.timeout, s.scratch, s.sandbox)
     except SuiteFailure as e:
         raise SuiteFailure(f"candidate failed under callgrind: {e}") from None
     return float(a), float(b)
@@ -445,11 +449,14 @@ def run(ns: argparse.Namespace) -> int:
     cache = Path(ns.cache or ".maxcode/pie-cache").resolve()  # programs run in a scratch dir
     codes = [c for p in pairs for c in (p.source, p.candidate) if c is not None]
     sys.stderr.write(f"pie: compiling {len(set(codes))} programs ({ns.jobs} jobs)\n")
-    # the compilers run in the strongest sandbox here; the timed runs do not (10-20 ms per start
-    # would distort PIE's speedups, and both sides run alike)
-    builds = compile_all(codes, flags, cache, ns.jobs, resolve("auto"))
+    # the compilers and the programs run in the strongest sandbox here: the candidates are model
+    # output (a start costs ~5 ms per run, the source's and the candidate's alike)
+    isolation = resolve("auto")
+    builds = compile_all(codes, flags, cache, ns.jobs, isolation)
+    cpu = int(ns.timeout * (VALGRIND_SLOWDOWN if ns.timer == "instructions" else 1)) + 5
+    sandbox = program_sandbox(isolation, cpu, None, readable=(cache, root.resolve()))
     with tempfile.TemporaryDirectory(prefix="maxcode-pie-") as scratch:
-        setup = Setup(tests, builds, ns.timeout, ns.repeats, ns.timer, ns.jobs, Path(scratch))
+        setup = Setup(tests, builds, ns.timeout, ns.repeats, ns.timer, ns.jobs, Path(scratch), sandbox)
         sys.stderr.write(f"pie: checking and timing {len(pairs)} pairs on {sum(map(len, tests.values()))} test cases\n")
         rows, invalid = evaluate(pairs, setup)
     result = {

@@ -14,6 +14,7 @@ import hashlib
 import math
 import os
 import re
+import resource
 import selectors
 import signal
 import subprocess
@@ -220,6 +221,26 @@ class Sandbox:
     readable: tuple[Path, ...] = ()
 
 
+def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, readable: Sequence[Path] = ()) -> Sandbox:
+    """What a source or candidate program runs under: the OS sandbox in force with its limits,
+    else (``none``) a scrubbed environment with limits set on the pid as it starts: memory
+    (address space; None under valgrind, which reserves far more than it uses), CPU time, file
+    size, no core dumps."""
+    env = dict(scrubbed_env(), LC_ALL="C")
+    if isolation.kind != "none":
+        return Sandbox(env=env, isolation=isolation, readable=tuple(readable),
+                       os_limits=Limits(memory=memory, pids=None, file_size=64 << 20, cpu_seconds=cpu_seconds))
+
+    def limits(pid: int) -> None:
+        resource.prlimit(pid, resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+        if memory:
+            resource.prlimit(pid, resource.RLIMIT_AS, (memory, memory))
+
+    return Sandbox(env=env, limits=limits)
+
+
 def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
                 sandbox: Sandbox | None = None) -> tuple[str | None, str, float]:
     """Run with stdin from a file, stdout capped; returns (failure or None, stdout, wall seconds).
@@ -248,7 +269,10 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
         if boxed is not None:
             boxed.cleanup()
     if failure is None and proc.returncode:
-        failure = exit_reason(proc.returncode)
+        code = proc.returncode
+        if boxed is not None and 128 < code < 128 + 65:  # the sandbox's init passes a signal on as 128 + its number
+            code = 128 - code
+        failure = exit_reason(code)
     if failure == "timeout":
         failure = f"timed out (> {timeout:g}s)"
     return failure, out.decode("utf-8", errors="replace"), seconds
@@ -316,9 +340,9 @@ def run_case(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sand
     return seconds
 
 
-def run_suite(binary: Path, tests: Sequence[TestCase], timeout: float, cwd: Path) -> float:
+def run_suite(binary: Path, tests: Sequence[TestCase], timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> float:
     """Wall seconds of the whole test suite, every output checked (a timed run must be a correct one)."""
-    return sum(run_case([str(binary)], t, timeout, cwd) for t in tests)
+    return sum(run_case([str(binary)], t, timeout, cwd, sandbox) for t in tests)
 
 
 def count_instructions(binary: Path, tests: Sequence[TestCase], timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> int:
