@@ -127,6 +127,20 @@ extern "C" int kernel(void* code, const char* bytes, long n) {
 }
 """
 
+# the result channel forged from the kernel: the worker's counts are reported on a descriptor,
+# and the Python C API reaches the worker's own objects (declared extern: no dlsym needed)
+PYTHON_API = r"""
+extern "C" int PyRun_SimpleString(const char*);
+extern "C" int PyGILState_Ensure(void);
+extern "C" int kernel(void) { PyGILState_Ensure(); return PyRun_SimpleString("import os"); }
+"""
+
+CHANNEL_WRITE = r"""
+#include <unistd.h>
+#include <sys/socket.h>
+extern "C" long kernel(int fd, const char* msg, long n) { return write(fd, msg, n) + send(fd, msg, n, 0); }
+"""
+
 SHIM_SYMBOL = r"""
 extern "C" void maxcode_cg_toggle(void);
 extern "C" int kernel(void) { maxcode_cg_toggle(); return 0; }
@@ -178,6 +192,8 @@ def test_preamble_kept_as_data_is_found(tmp_path: Path) -> None:
         ("fork", FORK, {"fork"}),
         ("syscall", SYSCALL, {"syscall"}),
         ("shim", SHIM_SYMBOL, {"maxcode_cg_toggle"}),
+        ("python", PYTHON_API, {"PyRun_SimpleString", "PyGILState_Ensure"}),
+        ("channel", CHANNEL_WRITE, {"write", "send"}),
     ],
 )
 def test_imports_that_can_make_or_reach_a_request_are_found(tmp_path: Path, name: str, source: str, imports: set[str]) -> None:
@@ -189,8 +205,10 @@ def test_imports_that_can_make_or_reach_a_request_are_found(tmp_path: Path, name
 def test_opening_proc_self_mem_is_found(tmp_path: Path) -> None:
     findings = client_request_findings(_build(tmp_path, "procmem", PROC_SELF_MEM))
     opens = {"open", "open64", "__open_2", "__open64_2"}  # the name depends on _FORTIFY_SOURCE and the libc
-    assert len(findings) == 1 and findings[0].split(":", 1)[0].removeprefix("imports ") in opens
-    assert "/proc/self/mem" in findings[0]
+    named = {f.split(":", 1)[0].removeprefix("imports "): f for f in findings}
+    (open_name,) = set(named) & opens
+    assert set(named) == {open_name, "pwrite"} and "/proc/self/mem" in named[open_name]
+    assert "a descriptor" in named["pwrite"]
 
 
 def test_cpp_file_streams_are_one_finding(tmp_path: Path) -> None:

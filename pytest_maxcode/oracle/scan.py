@@ -13,8 +13,10 @@ A candidate can also make the sequence at run time. For that it needs executable
 (``mprotect``, ``mmap``, a raw ``syscall``, or a write to ``/proc/self/mem``, which
 patches read-only code: any file opening counts), another object's code (``dlopen``/``dlsym``,
 ``dl_iterate_phdr``), or work done in a process callgrind does not follow (``fork``,
-``posix_spawn``, ``system``). Imports of those are findings too: honest kernels need none
-of them, and under the instruction timer any finding is a rejection.
+``posix_spawn``, ``system``). The counts themselves travel to the parent on the worker's
+channel, so a way to write it is a finding as well: the Python C API (which reaches the
+worker's objects) and direct writes to descriptors. Imports of those are findings too: honest
+kernels need none of them, and under the instruction timer any finding is a rejection.
 
 What a static scan cannot see: a raw ``syscall`` instruction emitted by inline assembly
 (its two bytes also occur inside ordinary instructions, so it is not searched for), and a
@@ -84,7 +86,15 @@ _EXEC_MEMORY = "can make memory executable and issue a client request from it"
 _FOREIGN_CODE = "can reach code in other loaded objects, the timer's own client requests included"
 _PROCESS = "can do its work in a process callgrind does not count"
 _FILES = "opens files, and writing /proc/self/mem rewrites its own code past page protections"
+_CHANNEL = "writes to a descriptor directly: the worker's channel, where the counts are reported, is one"
+_PYTHON = ("calls the Python C API: the worker's own objects (its channel, its counters) are one call away, and a "
+           "native kernel needs none of it")
 SUSPICIOUS_IMPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        ("write", "__write", "writev", "pwrite", "pwrite64", "pwritev", "pwritev2", "send", "sendto", "sendmsg",
+         "sendmmsg", "fdopen", "dup", "dup2", "dup3", "splice", "vmsplice", "tee"),
+        _CHANNEL,
+    ),
     **dict.fromkeys(
         ("mprotect", "pkey_mprotect", "mmap", "mmap64", "__mmap", "mremap", "memfd_create", "syscall"),
         _EXEC_MEMORY,
@@ -193,6 +203,8 @@ def _import_findings(elf: _Elf) -> list[str]:
             found.append(f"imports {base}: {SUSPICIOUS_IMPORTS[base]}")
         elif any(part in base.lower() for part in _VALGRIND_NAME_PARTS) or base.startswith("_vg"):
             found.append(f"imports {base}: a valgrind or timer symbol, a client request one call away")
+        elif base.startswith(("Py", "_Py")):
+            found.append(f"imports {base}: {_PYTHON}")
     streams = sorted(n for n in elf.imports if any(part in n for part in _FILE_STREAM_PARTS))
     if streams:
         found.append(f"imports C++ file streams ({streams[0].split('@', 1)[0]}): {_FILES}")
