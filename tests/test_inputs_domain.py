@@ -176,6 +176,31 @@ def test_generated_sets_the_reference_rejects_are_replaced_or_dropped(tmp_path: 
     assert any("rejected every generated input set" in r for r in workload.weak)
 
 
+FIRST_SMALL = '''
+def first_small(x):
+    # rejects most generated sets (their first value is rarely this small), never the captured one
+    if float(x[0]) > 0.2:
+        raise ValueError("x[0] must be at most 0.2")
+    return x * 2
+'''
+
+
+def test_timed_calls_on_known_sets_make_the_check_weak(tmp_path: Path) -> None:
+    """Where the reference rejects some generated sets, the timed calls cannot have fresh
+    values and reuse sets the candidate was handed during the checks: a kernel caching its
+    outputs by input would look fast there, so the check is weak (no apply, no pull request)."""
+    (tmp_path / "first.py").write_text(FIRST_SMALL)
+    captured = tmp_path / "captured.pt"
+    torch.save({"signature": "float32[1000]@cpu", "sets": [[torch.linspace(0, 1, 1000)]]}, captured)
+    os.chdir(tmp_path)
+    reference = ReferenceSpec("function", tmp_path / "first.py", "first_small", module="first", rootdir=tmp_path)
+    with Oracle(reference, CheckConfig(time_budget=0.1, n_seeds=20), tmp_path,
+                workloads=[{"name": "w", "captured": str(captured)}]) as oracle:
+        (workload,) = oracle.workloads
+    assert not workload.fresh and 1 < len(workload.expected) < 21, len(workload.expected)
+    assert any("the timed calls reuse" in r and "caches its outputs" in r for r in workload.weak), workload.weak
+
+
 SAFE_LOG_LIB = '''
 import torch
 import pytest_maxcode as maxcode
