@@ -170,7 +170,7 @@ class Settings:
     timeout: float = setting(60.0, "seconds one candidate may take to be checked and timed, builds excluded (default {default:g})", type=positive_float, metavar="S", scopes=_C)
     build_timeout: float = setting(300.0, "seconds one build may take (default {default:g})", type=positive_float, metavar="S", scopes=_C)
     max_memory: int = setting(4 << 30, "memory a candidate may allocate beyond the harness's own, e.g. 512M or 4G (default 4G)", type=parse_size, metavar="SIZE", scopes=_C)
-    seed: int | None = setting(None, "seed of this run's generated input sets and fresh timed inputs (default: a random one, recorded in every verdict; pass it to reproduce a run's inputs)", type=int, metavar="N", scopes=_CP)
+    seed: int | None = setting(None, "seed of this run's generated and range-widened input sets and of a module's initialisation (default: a random one, recorded in every verdict; pass it to reproduce them); the timed calls' inputs are drawn afresh whatever the seed, so that no candidate can predict them", type=int, metavar="N", scopes=_CP)
     seeds: int = setting(3, "number of random input sets (default {default}, at least 2)", type=int, metavar="N", scopes=_C)
     time_budget: float = setting(0.5, "seconds of interleaved timing per candidate and workload (default {default}; less makes a search quicker and its intervals wider)", type=positive_float, metavar="S", scopes=_CPF)
     timer: str = setting("time", "wall time, or callgrind instruction counts of single-threaded runs for native C++ candidates (deterministic on noisy machines; about a minute of start-up under valgrind)", choices=("time", "instructions"), scopes=_C)

@@ -201,6 +201,25 @@ def test_timed_calls_on_known_sets_make_the_check_weak(tmp_path: Path) -> None:
     assert any("the timed calls reuse" in r and "caches its outputs" in r for r in workload.weak), workload.weak
 
 
+def test_the_seed_reproduces_the_generated_sets(tmp_path: Path) -> None:
+    """``--seed`` reproduces a run's generated input sets (and so their expected outputs);
+    another seed draws others."""
+    (tmp_path / "first.py").write_text(FIRST_SMALL.replace("if float(x[0]) > 0.2:", "if False:"))
+    captured = tmp_path / "captured.pt"
+    torch.save({"signature": "float32[1000]@cpu", "sets": [[torch.linspace(0, 0.1, 1000)]]}, captured)
+    os.chdir(tmp_path)
+    reference = ReferenceSpec("function", tmp_path / "first.py", "first_small", module="first", rootdir=tmp_path)
+
+    def expected(seed: int) -> list:
+        with Oracle(reference, CheckConfig(time_budget=0.1, n_seeds=2, seed=seed), tmp_path,
+                    workloads=[{"name": "w", "captured": str(captured)}]) as oracle:
+            return [t for s in oracle.workloads[0].expected for t in s]
+
+    first, again, other = expected(7), expected(7), expected(8)
+    assert len(first) == 3 and all(torch.equal(a, b) for a, b in zip(first, again))
+    assert torch.equal(first[0], other[0]) and not torch.equal(first[1], other[1])  # the captured set, then drawn ones
+
+
 SAFE_LOG_LIB = '''
 import torch
 import pytest_maxcode as maxcode
