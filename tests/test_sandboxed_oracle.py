@@ -302,24 +302,29 @@ def test_killing_its_parent_ends_only_its_own_sandbox(attacked: Attacked) -> Non
     assert last.speedup is not None and last.speedup_ci[0] <= last.speedup <= last.speedup_ci[1]
 
 
-def test_sandbox_none_is_a_loud_choice_and_its_verdict_says_none(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_sandbox_none_is_a_loud_choice_and_its_verdict_says_none(tmp_path: Path) -> None:
+    """``maxcode check --sandbox none`` (the setting behind ``--maxcode-sandbox`` too), from the
+    command line: it runs, every verdict says none, and a warning says so."""
+    from conftest import run_maxcode
+
     project = tmp_path / "chain"
     shutil.copytree(DATA / "chain", project)
     canary = f"canary-{uuid.uuid4().hex}"
     bystander = _bystander(canary)
     try:
         scan = _write(project, "environ_scan.cpp", ENVIRON_SCAN, canary=canary, canary_len=len(canary))
-        config = CheckConfig(time_budget=0.1, timeout=30, sandbox="none")
-        with Oracle(parse_reference(str(project / "ref.py")), config, project) as oracle:
-            good, probe = oracle.check([CandidateSpec.from_path(project / "good.cpp"), CandidateSpec.from_path(scan)])
+        r = run_maxcode(["check", "ref.py", "good.cpp", str(scan.relative_to(project)), "--json", "--time-budget", "0.1",
+                         "--timeout", "30", "--sandbox", "none"], cwd=project)
     finally:
         bystander.kill()
         bystander.wait()
-    assert good.correct, good.reasons
-    assert good.sandbox.startswith("none") and "no namespaces" in good.sandbox
+    assert r.returncode == 1, r.stderr  # a candidate was wrong
+    good, probe = r.verdicts
+    assert good["status"] in ("faster", "not_faster"), good["reasons"]
+    assert good["sandbox"].startswith("none") and "no namespaces" in good["sandbox"]
     # without a sandbox the same probe does read another process's secrets: it is a real probe
-    assert probe.status == "wrong", probe.reasons
-    assert "maxcode: warning: candidates run WITHOUT a sandbox (--sandbox none)" in capfd.readouterr().err
+    assert probe["status"] == "wrong", probe["reasons"]
+    assert "maxcode: warning: candidates run WITHOUT a sandbox (--sandbox none)" in r.stderr
 
 
 @pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")
