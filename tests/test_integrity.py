@@ -418,3 +418,18 @@ def test_a_compiler_run_sandboxed_can_write_only_its_own_build_folder(tmp_path: 
     assert (root / "pwned").exists()
     with pytest.raises(build.IntegrityError):
         build.verified_library(a)
+
+
+def test_a_resumed_verdict_still_names_its_sandbox(tmp_path: Path) -> None:
+    """The sandbox in force is a field of every verdict, a verdict resumed from the store included."""
+    from pytest_maxcode.search.loop import verdict_from_row
+
+    store = Store(tmp_path / "maxcode.db")
+    store.upsert_target("m.f", "function", "m.py", "r" * 64)
+    store.add_candidate("c" * 64, "native", "cpp", "int x;", "test")
+    store.record_evaluation(run_id=None, target_id="m.f", config_key="k", device="cpu",
+                            verdict={**_verdict("not_faster", 0.99), "sandbox": "bwrap", "diagnostics": {"seed": 3}})
+    row = store.find_evaluation("m.f", "c" * 64, "k")
+    assert row is not None
+    v = verdict_from_row(row, "c.cpp")
+    assert v.sandbox == "bwrap" and v.diagnostics["seed"] == 3 and v.diagnostics["resumed"]

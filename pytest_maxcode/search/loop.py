@@ -127,6 +127,7 @@ def verdict_from_row(row: dict[str, Any], path: str) -> Verdict:
         eval_s=row["eval_s"],
         weak_check=bool(row["weak_check"]),
         range_limited=row["diagnostics"].get("range_limited"),
+        sandbox=row["diagnostics"].get("sandbox") or "",
         reasons=row["reasons"],
         diagnostics=dict(row["diagnostics"], resumed=True),
         hash=row["candidate_hash"],

@@ -397,7 +397,8 @@ class Store:
                     int(bool(verdict.get("weak_check"))),
                     device,
                     json.dumps(verdict.get("reasons", [])),
-                    json.dumps(verdict.get("diagnostics", {})),
+                    # the sandbox in force rides with the diagnostics: a resumed verdict still names it
+                    json.dumps(dict(verdict.get("diagnostics") or {}, **({"sandbox": verdict["sandbox"]} if verdict.get("sandbox") else {}))),
                     _now(),
                 ),
             )
