@@ -254,3 +254,18 @@ def test_the_frozen_leftovers_of_a_killed_run_are_swept() -> None:
             p.kill()
             p.wait()
     assert not live.exists()
+
+
+def test_a_fallback_warning_says_what_is_and_is_not_enforced() -> None:
+    """Where ``auto`` cannot make the strongest sandbox, its one line names what it fell back
+    to, what that enforces and what it does not, and why."""
+    from pytest_maxcode.oracle.check import sandbox_warning
+    from pytest_maxcode.sandbox.isolation import _isolation
+
+    line = sandbox_warning(_isolation("unshare", "bwrap is not installed (apt-get install bubblewrap)"))
+    assert line is not None and "\n" not in line
+    assert line.startswith("sandbox unshare (not enforced: the filesystem is writable")
+    assert "enforced: user, PID, network, IPC and UTS namespaces, no network, one kill ends every process" in line
+    assert line.endswith("(fell back: bwrap is not installed (apt-get install bubblewrap))")
+    none = sandbox_warning(_isolation("none", "bwrap is not installed; unshare: no user namespaces"))
+    assert none is not None and none.startswith("candidates run WITHOUT a sandbox (bwrap is not installed; unshare")

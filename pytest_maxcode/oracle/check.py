@@ -1026,7 +1026,8 @@ def sandbox_warning(isolation: Isolation) -> str | None:
         return f"candidates run WITHOUT a sandbox{why}: they can read this user's files, reach the network and signal any process"
     if isolation.weak:
         why = f" (fell back: {isolation.reason})" if isolation.reason else ""
-        return f"sandbox {isolation.describe()}{why}"
+        enforced = f"; enforced: {', '.join(isolation.enforced)}" if isolation.enforced else ""
+        return f"sandbox {isolation.describe()}{enforced}{why}"
     return None
 
 
