@@ -67,6 +67,8 @@ BATCH = [
     "c09_resource_limits.cpp",
     "c11_narrow_inputs.cpp",
     "c12_doorbell.py",
+    "c14_clock_patch.cpp",
+    "c15_skip_calls.cpp",
     "c10_persistent_forgery.py",  # after the others, so the store holds rows of this run to forge
     "honest_fast.cpp",  # the positive control: a real speedup is still seen after every attacker
     "honest.cpp",
@@ -93,6 +95,8 @@ NOT_FASTER: dict[str, str] = {
     "c09_resource_limits.cpp": "the sandbox's limits",
     "c10_persistent_forgery.py": "the sandbox's read-only project",
     "c12_doorbell.py": "outputs read inside the interval and compared after it, with the candidate frozen",
+    "c14_clock_patch.cpp": "the clock is on the trusted side (libc's clock_gettime patched in the candidate's process)",
+    "c15_skip_calls.cpp": "every timed output checked (a call in ten skipped)",
 }
 
 
@@ -320,6 +324,13 @@ def test_the_oracle_still_sees_a_real_speedup(scene: Scene) -> None:
 def test_no_attacker_is_called_correct_and_faster(scene: Scene, name: str) -> None:
     v = scene.by_name(name)
     assert v["status"] != "faster", (f"held by: {NOT_FASTER[name]}", v["status"], v["reasons"])
+
+
+def test_a_call_skipped_one_time_in_ten_is_seen(scene: Scene) -> None:
+    # c15 is right on its first 32 calls (the checks) and then returns at once on every tenth:
+    # every timed output is compared, so a skipped call is a wrong answer, not a cheaper one
+    v = scene.by_name("c15_skip_calls.cpp")
+    assert v["status"] not in CORRECT, (v["status"], v["reasons"])
 
 
 @pytest.mark.parametrize("name", ["c02_forge_channel.cpp", "c02_forge_channel_compat.py"])
