@@ -17,6 +17,7 @@ import json
 import operator
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -588,8 +589,6 @@ def dispatch_overhead_us(handle: TargetHandle, args: tuple, entry_extra: dict[st
     the boundary; this adds the dispatcher's own work: the signature, the plan, and for a module
     its parameters and buffers. None where no plan serves such calls (CPU, new outputs only)."""
     # the compiled path and torch, when a kernel was found: keeps start-up fast
-    import time
-
     import torch
 
     from ..native import callpath
