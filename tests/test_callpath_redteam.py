@@ -92,38 +92,35 @@ def colmajor_unstrided(x):
     return x * 2
 
 
-@maxcode.optimize(lang="cpp")
-class Affine(torch.nn.Module):
+class Scaled(torch.nn.Module):
+    """A scale parameter and a shift buffer: what the module targets below compute with."""
+
     def __init__(self, n: int = 16):
         super().__init__()
         self.scale = torch.nn.Parameter(torch.full((n,), 2.0))
         self.register_buffer("shift", torch.ones(n))
 
+
+@maxcode.optimize(lang="cpp")
+class Affine(Scaled):
     def forward(self, x):
         return x * self.scale + self.shift
 
 
 @maxcode.optimize(lang="cpp")
-class Unstated(torch.nn.Module):
+class Unstated(Scaled):
     """Affine again, accepted by a lock entry that records no module configuration."""
 
-    def __init__(self, n: int = 16):
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.full((n,), 2.0))
-        self.register_buffer("shift", torch.ones(n))
-
     def forward(self, x):
         return x * self.scale + self.shift
 
 
 @maxcode.optimize(lang="cpp")
-class Noisy(torch.nn.Module):
+class Noisy(Scaled):
     """Affine, then dropout: the same in eval mode, another function in training mode."""
 
     def __init__(self, n: int = 16):
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.full((n,), 2.0))
-        self.register_buffer("shift", torch.ones(n))
+        super().__init__(n)
         self.drop = torch.nn.Dropout(0.5)
 
     def forward(self, x):
