@@ -444,8 +444,8 @@ class MaxcodeSession:
         signature and the plan come on top of that)."""
         if entry.best is None or entry.best.lang != "cpp" or entry.device not in (None, "cpu") or entry.measurement is None:
             return
-        if cap.handle.kind == "module" and cap.module is None:
-            return
+        if cap.handle.kind == "module" and (cap.module is None or entry.eval_only and cap.module.training):
+            return  # no instance, or one the kernel would not serve (its reference would run, and warn)
         values = tuple(torch.load(first, weights_only=True)["sets"][0])
         args = (cap.module, *values) if cap.handle.kind == "module" else values
         extra = {"outputs": entry.outputs or {}, "pack": entry.pack or "bare", "module_state": entry.module_state,
