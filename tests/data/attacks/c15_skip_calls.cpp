@@ -1,7 +1,8 @@
-// Attack class 4 (issue 13), the sampling variant: correct on the calls that check it, then
-// skipping its work on one call in ten, leaving the output as the caller handed it over. If
-// only a few timed outputs were re-checked, the skipped calls would pass unseen and the
-// average call would look 10% cheaper. The kernel is fast and honest otherwise (vectorizable,
+// Attack class 4 (issue 13), the sampling variant: skipping its work on one call in ten,
+// leaving the output as the caller handed it over. If only a few outputs were re-checked, the
+// skipped calls would pass unseen and the average call would look 10% cheaper. (A first
+// version waited 32 calls before skipping; on a loaded machine a block made fewer calls than
+// that, so it never skipped at all: the count must be small enough to land in every block.) The kernel is fast and honest otherwise (vectorizable,
 // multi-threaded), so what decides its verdict is whether a skipped call is seen.
 #include <dlpack/dlpack.h>
 #include <cmath>
@@ -10,7 +11,7 @@
 static int64_t g_calls = 0;
 
 extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int32_t n_out, void* stream) {
-  if (++g_calls > 32 && g_calls % 10 == 0) return 0;  // past the first checks: every tenth call does nothing
+  if (++g_calls % 10 == 0) return 0;  // every tenth call does nothing
   const float* x = static_cast<const float*>(in[0].data);
   const float* b = static_cast<const float*>(in[1].data);
   float* y = static_cast<float*>(out[0].data);
