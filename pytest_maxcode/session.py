@@ -516,6 +516,7 @@ class MaxcodeSession:
         checked = verify(
             self.root, cap.handle.id, cap.callers, cap.benchmark_callers, self.root / best.source_path,
             best.lang, entry.device or "cpu", entry.outputs or {}, entry.returns, entry.pack,
+            {"module_state": entry.module_state, "eval_only": entry.eval_only},
         )
         tests = checked["tests"]
         entry.tests = RerunResult(rerun=list(tests["rerun"]), passed=tests["passed"], summary=tests["summary"],

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,15 +93,18 @@ def run_tests_with_file(root: Path, path: Path, text: str, nodeids: list[str], t
 
 
 def candidate_env(target_id: str, kernel: Path, lang: str, device: str, outputs: dict[str, Any],
-                  returns: str | None = None, pack: str | None = None) -> dict[str, str]:
+                  returns: str | None = None, pack: str | None = None,
+                  module: Mapping[str, Any] | None = None) -> dict[str, str]:
     """What a re-run test process needs to force the candidate: an in-place kernel's ``returns``,
-    and how the outputs are handed back (``pack``), too. Seven parameters because each is one
-    field of the spec that process reads."""
+    how the outputs are handed back (``pack``), and a module kernel's ``module_state`` and
+    ``eval_only`` (``module``), as the lock will record them: without them the dispatcher serves
+    no module instance. Eight parameters because each is one field of the spec that process reads."""
     spec = {"kernel": str(kernel), "lang": lang, "device": device, "outputs": outputs}
     if returns:
         spec["returns"] = returns
     if pack:
         spec["pack"] = pack
+    spec.update({k: v for k, v in (module or {}).items() if v is not None})
     return {"MAXCODE_CANDIDATES": json.dumps({target_id: spec})}
 
 
@@ -115,13 +119,15 @@ def verify(
     outputs: dict[str, Any],
     returns: str | None = None,
     pack: str | None = None,
+    module: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``tests`` and ``benchmarks`` parts of a target's report.
 
     Parameters because it forwards what a re-run test process needs to force the kernel (target,
-    kernel, language, device, output layouts and packing, in-place return) and which tests to run.
+    kernel, language, device, output layouts and packing, in-place return, a module's verified
+    configuration) and which tests to run.
     """
-    env = candidate_env(target_id, kernel, lang, device, outputs, returns, pack)
+    env = candidate_env(target_id, kernel, lang, device, outputs, returns, pack, module)
     plain = [n for n in callers if n not in benchmark_callers]
     tests: dict[str, Any] = {"rerun": callers, "passed": None, "summary": "", "kernel_calls": 0}
     if plain:

@@ -112,7 +112,8 @@ def install_forced(handle: TargetHandle, spec: dict[str, Any]) -> None:
     entry = LockEntry(
         target=handle.id, reference_hash="", kernel=str(kernel), kernel_hash="", lang=spec["lang"],
         device=spec.get("device", "cpu"), arch="", speedup=0.0, speedup_ci=[0.0, 0.0], date="", tool_version="",
-        extra={"outputs": spec.get("outputs", {}), **{k: spec[k] for k in ("returns", "pack") if spec.get(k)}},
+        extra={"outputs": spec.get("outputs", {}),
+               **{k: spec[k] for k in ("returns", "pack", "module_state", "eval_only") if spec.get(k)}},
     )
     # the project's build cache (the search already built this exact source there)
     root = Path.cwd()
