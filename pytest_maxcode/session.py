@@ -448,7 +448,8 @@ class MaxcodeSession:
             return  # no instance, or one the kernel would not serve (its reference would run, and warn)
         values = tuple(torch.load(first, weights_only=True)["sets"][0])
         args = (cap.module, *values) if cap.handle.kind == "module" else values
-        extra = {"outputs": entry.outputs or {}, "pack": entry.pack or "bare", "module_state": entry.module_state,
+        # the entry's fields as accept will write them: an absent pack is the lock's own default
+        extra = {"outputs": entry.outputs or {}, "pack": entry.pack, "module_state": entry.module_state,
                  "eval_only": entry.eval_only}
         try:
             measured = dispatch_overhead_us(cap.handle, args, {k: v for k, v in extra.items() if v is not None})

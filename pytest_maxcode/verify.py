@@ -15,8 +15,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 

@@ -36,8 +36,8 @@ from ..native.program import (
     SuiteFailure,
     TestCase,
     compile_program,
-    program_sandbox,
     count_instructions,
+    program_sandbox,
     run_suite,
     tests_in,
 )

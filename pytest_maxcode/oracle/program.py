@@ -49,8 +49,6 @@ from .check import (
     second_measurement,
 )
 
-MiB = 1 << 20
-
 
 @dataclass
 class TestCaseWorkload:
