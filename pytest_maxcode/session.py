@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import platform
 import shutil
 import signal
@@ -648,9 +649,13 @@ def _measurement(v: Verdict) -> Measurement:
     # the timed call includes the call path: the kernel's own time is what is left of it
     call_us = v.candidate_s * 1e6 if v.candidate_s else None
     kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None
+    noise = d.get("noise") or {}
+    loaded = ([f"the machine was loaded ({float(noise.get('busy', 0.0)):.0%} of the timed rounds disturbed): the "
+               f"interval allows for runs that differ by about {math.expm1(float(noise['run_spread'])):.0%}"]
+              if noise.get("run_spread") else [])
     return Measurement(
-        blocks=blocks, spread=(d.get("noise") or {}).get("spread"),
+        blocks=blocks, spread=noise.get("spread"),
         set_aside=sum(int(n) for n in (d.get("disturbed_rounds") or {}).values() if isinstance(n, (int, float))),
-        notes=[str(n) for n in d.get("timing_notes") or []][:3],
+        notes=loaded + [str(n) for n in d.get("timing_notes") or []][:3],
         call_overhead_us=overhead, kernel_us=kernel_us,
     )

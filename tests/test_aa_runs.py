@@ -76,7 +76,7 @@ def quiet(project: Path) -> list[dict]:
 def _table(runs: list[dict], held: list[int]) -> str:
     return "\n" + "\n".join(
         f"held by {h}: {r['speedup']}x {r['speedup_ci']} {r['status']}, blocks "
-        f"{[b['speedup'] for b in r['diagnostics'].get('blocks', [])]}, set aside {r['diagnostics'].get('disturbed_rounds')}"
+        f"{[(b['speedup'], b['busy']) for b in r['diagnostics'].get('blocks', [])]}, set aside {r['diagnostics'].get('disturbed_rounds')}"
         for h, r in zip(held, runs))
 
 
@@ -89,14 +89,17 @@ def test_every_run_lies_inside_the_other_runs_intervals(quiet: list[dict]) -> No
     assert min(held) >= RUNS - 1, _table(quiet, held)
 
 
-def test_beside_a_cpu_hog_the_faster_claims_agree(project: Path) -> None:
-    # What holds on this 2-core VM beside a hog. Issue 14 asks for more (every point inside the
-    # others' intervals), which runs heavily disturbed by the hog do not reach, and the hog moves
-    # the speedup itself (1.4x beside it where the quiet runs measured up to 1.8x): see the note.
-    # What must hold: every run quotes an interval, and no two runs that claim "faster" quote
-    # intervals that exclude each other
+def test_beside_a_cpu_hog_each_run_lies_inside_the_others_intervals(project: Path) -> None:
+    # Beside the hog whole runs differ more than the blocks of one run do (CI: six runs from
+    # 2.69x to 4.07x, each run's blocks within 12%, intervals that excluded each other): the
+    # blocks see their rounds disturbed and the interval allows for the next run (issue 14).
+    # Issue 14 asks for every other run; with six runs one miss per run is allowed here, as
+    # the intervals are built for about 99% of pairs, and no two "faster" claims may exclude
+    # each other
     with cpu_hog():
         runs = _runs(project, HOG_RUNS)
     assert all(r["status"] in ("faster", "not_faster") and r["speedup_ci"] for r in runs), [r["reasons"] for r in runs]
+    held = _held(runs)
+    assert min(held) >= HOG_RUNS - 2, _table(runs, held)
     claims = [r for r in runs if r["status"] == "faster"]
-    assert all(a["speedup_ci"][0] <= b["speedup_ci"][1] for a in claims for b in claims), _table(runs, _held(runs))
+    assert all(a["speedup_ci"][0] <= b["speedup_ci"][1] for a in claims for b in claims), _table(runs, held)

@@ -133,6 +133,44 @@ def test_blocks_across_simulated_runs_hold_each_other() -> None:
     assert sum(held) / (9 * len(held)) > 0.99
 
 
+def _loaded_campaign(rng: np.random.Generator, run_spread: float) -> list[int]:
+    """Ten runs on a loaded machine: each run has its own offset (sd 0.15, what runs beside a
+    CPU hog showed) that its three blocks share, plus 3% of their own. For each run: how many
+    other runs' intervals hold its point."""
+    measured = []
+    for _ in range(10):
+        run = rng.normal(0, 0.15)
+        blocks = [(p, p * 0.95, p * 1.05) for p in np.exp(np.log(3.0) + run + rng.normal(0, 0.03, 3))]
+        measured.append(stats.blocks_speedup(blocks, run_spread=run_spread))
+    return [sum(o.low <= r.point <= o.high for o in measured if o is not r) for r in measured]
+
+
+def test_a_run_level_offset_the_blocks_share_is_covered_only_by_the_run_spread() -> None:
+    rng = np.random.default_rng(11)
+    blind = [h for _ in range(20) for h in _loaded_campaign(rng, 0.0)]
+    told = [h for _ in range(20) for h in _loaded_campaign(rng, stats.LOADED_RUN_SPREAD)]
+    assert sum(blind) / (9 * len(blind)) < 0.8  # blocks that agree know nothing of the next run
+    assert sum(told) / (9 * len(told)) > 0.985
+    quiet = stats.blocks_speedup([(3.0, 2.9, 3.1)] * 3)
+    assert stats.blocks_speedup([(3.0, 2.9, 3.1)] * 3, run_spread=0.0) == quiet  # the quiet rule is unchanged
+
+
+def test_blocks_timed_on_a_loaded_machine_quote_an_interval_for_the_next_run() -> None:
+    # CI beside a hog: two runs, each of three agreeing blocks, at 2.69x and 4.07x; each quoted
+    # an interval that excluded the other ([2.18, 3.31] and [3.41, 4.85])
+    slow = combined_blocks([_block(2.87, 0.3), _block(2.64, 0.25), _block(2.56, 0.2)], 1.05, device="cpu")
+    fast = combined_blocks([_block(3.92, 0.12), _block(4.03, 0.1), _block(4.26, 0.09)], 1.05, device="cpu")
+    assert slow.status == fast.status == "faster"
+    assert slow.speedup_ci[0] <= fast.speedup <= slow.speedup_ci[1]
+    assert fast.speedup_ci[0] <= slow.speedup <= fast.speedup_ci[1]
+    assert "the machine was loaded (25% of the timed rounds disturbed)" in slow.reasons[0]
+    assert slow.diagnostics["noise"]["run_spread"] == stats.LOADED_RUN_SPREAD
+    # the same blocks with a round or two of 32 disturbed (a quiet machine) keep the narrow interval
+    quiet = combined_blocks([_block(2.87, 0.03), _block(2.64, 0.06), _block(2.56, 0.0)], 1.05, device="cpu")
+    assert quiet.speedup_ci[1] < 4.07 and "loaded" not in quiet.reasons[0]
+    assert quiet.diagnostics["noise"]["run_spread"] == 0.0
+
+
 def _block(speedup: float, busy: float = 0.0) -> Verdict:
     v = Verdict("k.cpp", "faster", speedup=speedup, speedup_ci=[speedup * 0.95, speedup * 1.05])
     v.diagnostics["busy"] = busy

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -57,7 +58,8 @@ CALLGRIND_SHIM = build_mod.CALLGRIND_SHIM
 #: 3: timed by the trusted side over shared memory, every timed output checked, fresh inputs
 #: 4: range sets; a "faster" is judged on several blocks (fresh processes) spread over the run
 #: 5: a block timed while other work held the CPU for most of its rounds is retaken, not used
-VERDICT_RULE = 5
+#: 6: blocks timed on a loaded machine quote an interval wide enough for the next run
+VERDICT_RULE = 6
 #: time limits stretch by this much when the worker runs under valgrind
 VALGRIND_SLOWDOWN = 50.0
 #: two measurements (blocks, or a program's confirmation) whose speedups lie this factor apart disagree
@@ -67,6 +69,11 @@ DISAGREE = 1.5
 #: it is retaken, at most MAX_RETAKES times per candidate, and used only if no better one came
 BUSY_BLOCK = 0.5
 MAX_RETAKES = 2
+#: blocks in which other work disturbed this share of the timed rounds (on average) were timed
+#: on a loaded machine, where whole runs differ more than the blocks of one run do
+#: (:data:`stats.LOADED_RUN_SPREAD`). A quiet 2-core VM disturbs 0 to 2 rounds of 32 (at most
+#: 0.06); beside a CPU hog 0.09 to 0.36
+LOADED_SHARE = 0.08
 
 
 @dataclass
@@ -1060,9 +1067,14 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     if not last.correct or not last.speedup_ci or not last.speedup:
         last.reasons = [f"on block {len(blocks)}, in a fresh worker: {r}" for r in last.reasons]
         return last
-    sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in used])
+    load = sum(float(b.diagnostics.get("busy", 0.0)) for b in used) / len(used)
+    run_spread = stats.LOADED_RUN_SPREAD if load >= LOADED_SHARE else 0.0
+    sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in used], run_spread=run_spread)
     spread = sp.halves[1] / max(sp.halves[0], 1e-12)
-    last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used)}
+    last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used),
+                                 "busy": round(load, 3), "run_spread": run_spread}
+    loaded = (f"; the machine was loaded ({load:.0%} of the timed rounds disturbed), so the interval allows for "
+              f"whole runs that differ by about {math.expm1(run_spread):.0%}, as runs beside other work do") if run_spread else ""
     points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
     if last.status == "faster" and spread > DISAGREE and sp.low < 1.5 * min_speedup:
@@ -1071,9 +1083,9 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
         last.status = "not_faster"
         last.diagnostics["undecided"] = True
         last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but its {len(used)} blocks disagree "
-                        f"({points}: {spread:.3g}x apart): too noisy to tell{_set_aside(blocks, used)}"]
+                        f"({points}: {spread:.3g}x apart): too noisy to tell{_set_aside(blocks, used)}{loaded}"]
     else:
-        last.reasons = [f"{last.reasons[0]}, over {len(used)} blocks in fresh processes ({points}){_set_aside(blocks, used)}"]
+        last.reasons = [f"{last.reasons[0]}, over {len(used)} blocks in fresh processes ({points}){_set_aside(blocks, used)}{loaded}"]
     return last
 
 
