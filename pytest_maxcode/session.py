@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import platform
 import shutil
 import signal
@@ -46,6 +45,7 @@ from .model.search import NodeRow
 from .model.verdict import Verdict
 from .native.build import cuda_arch
 from .options import Settings, accepts_range_limited
+from .oracle.check import loaded_note
 from .oracle.probe import machine_fingerprint
 from .oracle.program import rerun_test_cases
 from .report import remeasure_command, validate, write_reports
@@ -650,9 +650,7 @@ def _measurement(v: Verdict) -> Measurement:
     call_us = v.candidate_s * 1e6 if v.candidate_s else None
     kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None
     noise = d.get("noise") or {}
-    loaded = ([f"the machine was loaded ({float(noise.get('busy', 0.0)):.0%} of the timed rounds disturbed): the "
-               f"interval allows for runs that differ by about {math.expm1(float(noise['run_spread'])):.0%}"]
-              if noise.get("run_spread") else [])
+    loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]))] if noise.get("run_spread") else []
     return Measurement(
         blocks=blocks, spread=noise.get("spread"),
         set_aside=sum(int(n) for n in (d.get("disturbed_rounds") or {}).values() if isinstance(n, (int, float))),

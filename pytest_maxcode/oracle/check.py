@@ -1058,7 +1058,7 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
         last.compile_s = first.compile_s
     last.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons[:1]}
     last.diagnostics["blocks"] = [{"speedup": b.speedup, "speedup_ci": b.speedup_ci, "status": b.status,
-                                   "busy": round(float(b.diagnostics.get("busy", 0.0)), 3), "used": any(b is u for u in used)}
+                                   "busy": round(busy_share(b), 3), "used": any(b is u for u in used)}
                                   for b in blocks]
     last.range_limited = first.range_limited  # the range sets ran in the first block only
     for key in ("range", "range_limited"):
@@ -1067,14 +1067,13 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     if not last.correct or not last.speedup_ci or not last.speedup:
         last.reasons = [f"on block {len(blocks)}, in a fresh worker: {r}" for r in last.reasons]
         return last
-    load = sum(float(b.diagnostics.get("busy", 0.0)) for b in used) / len(used)
+    load = sum(busy_share(b) for b in used) / len(used)
     run_spread = stats.LOADED_RUN_SPREAD if load >= LOADED_SHARE else 0.0
     sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in used], run_spread=run_spread)
     spread = sp.halves[1] / max(sp.halves[0], 1e-12)
     last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used),
                                  "busy": round(load, 3), "run_spread": run_spread}
-    loaded = (f"; the machine was loaded ({load:.0%} of the timed rounds disturbed), so the interval allows for "
-              f"whole runs that differ by about {math.expm1(run_spread):.0%}, as runs beside other work do") if run_spread else ""
+    loaded = f"; {loaded_note(load, run_spread)}" if run_spread else ""
     points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
     if last.status == "faster" and spread > DISAGREE and sp.low < 1.5 * min_speedup:
@@ -1106,9 +1105,20 @@ def _busy_share(t: timing.WorkloadTiming) -> float:
     return t.disturbed / max(1, t.disturbed + len(t.reference_ns))
 
 
+def busy_share(v: Verdict) -> float:
+    """The share of a block's timed rounds that other work disturbed (:func:`_busy_share`)."""
+    return float(v.diagnostics.get("busy", 0.0))
+
+
 def busy(v: Verdict) -> bool:
     """Whether a block measured the machine's load rather than the kernel (:data:`BUSY_BLOCK`)."""
-    return float(v.diagnostics.get("busy", 0.0)) >= BUSY_BLOCK
+    return busy_share(v) >= BUSY_BLOCK
+
+
+def loaded_note(load: float, run_spread: float) -> str:
+    """What a verdict and its report say about blocks timed on a loaded machine (:data:`LOADED_SHARE`)."""
+    return (f"the machine was loaded ({load:.0%} of the timed rounds disturbed), so the interval allows for "
+            f"whole runs that differ by about {math.expm1(run_spread):.0%}, as runs beside other work do")
 
 
 def second_measurement(first: Verdict) -> Verdict:
