@@ -3,9 +3,12 @@
 Prints one JSON object:
 
 * ``ring_overhead_us``: the trusted side's time around one served call of a kernel that does
-  (almost) nothing: a sandboxed candidate copying 4 floats, rung over shared memory; median
-  and p90 over the warm-up rounds of several checks (each round rings one call per side), and
-  the call path the worker used ("compiled": native/callpath.cpp; else ctypes and why).
+  (almost) nothing: a sandboxed candidate copying 4 floats, rung over shared memory, and the
+  call path the worker used ("compiled": native/callpath.cpp; else ctypes and why). ``warm``
+  (the target's figure): after each warm-up round of a check, :data:`WARM_RINGS` more rings of
+  one call on the same server, per side; ``first``: the warm-up rounds themselves, the first
+  calls of a fresh server process (cold code, first calls into the kernel's library, first
+  touches of the slots), which the oracle's warm-up rounds exist to absorb.
   ``--ring-only`` prints just this (seconds, where the rest takes minutes).
 * ``batch20``: wall seconds for ``Oracle.check`` of 20 candidates (the chain problem's honest
   kernel, renamed so none is a cache hit), per candidate, with this checkout and, when
@@ -63,12 +66,13 @@ import pytest_maxcode.oracle.timing as T
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
 
-seen = []
+first, warm = [], []
 orig = T._Side._ring
 def ring(self, n, part, spin_s, probe):
     dt, words = orig(self, n, part, spin_s, probe)
     if n == 1:
-        seen.append(dt)
+        first.append(dt)
+        warm.extend(orig(self, n, part, spin_s, probe)[0] for _ in range(int(sys.argv[3])))
     return dt, words
 T._Side._ring = ring
 root = Path(sys.argv[1])
@@ -77,8 +81,11 @@ with Oracle(ref, CheckConfig(time_budget=0.05), root) as o:
     for _ in range(int(sys.argv[2])):
         o.check([CandidateSpec.from_path(root / "copy.cpp")])
     call_path = o.zygote.info.get("call_path", "ctypes (before the compiled call path)")
-print(json.dumps({"rings": seen, "call_path": call_path}))
+print(json.dumps({"first": first, "warm": warm, "call_path": call_path}))
 '''
+
+#: rings of one call repeated on the same server after each warm-up round
+WARM_RINGS = 20
 
 BATCH_PROBE = r'''
 import json, sys, time
@@ -106,15 +113,19 @@ def _run(code: str, args: list[str], pythonpath: Path) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def ring_overhead(checks: int) -> dict[str, float]:
+def ring_overhead(checks: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="maxcode-bench-") as d:
         root = Path(d)
         (root / "ref.py").write_text(COPY_REF)
         (root / "copy.cpp").write_text(COPY_KERNEL)
-        out = json.loads(_run(RING_PROBE, [str(root), str(checks)], ROOT))
-    ns = sorted(out["rings"])
-    return {"median": ns[len(ns) // 2] / 1e3, "p90": ns[int(0.9 * len(ns))] / 1e3, "min": ns[0] / 1e3, "rings": len(ns),
-            "call_path": out["call_path"]}
+        out = json.loads(_run(RING_PROBE, [str(root), str(checks), str(WARM_RINGS)], ROOT))
+    return {"warm": _quantiles(out["warm"]), "first": _quantiles(out["first"]), "call_path": out["call_path"]}
+
+
+def _quantiles(values: list[int]) -> dict[str, float]:
+    """Median, p90 and min of nanosecond figures, in µs."""
+    ns = sorted(values)
+    return {"median": ns[len(ns) // 2] / 1e3, "p90": ns[int(0.9 * len(ns))] / 1e3, "min": ns[0] / 1e3, "rings": len(ns)}
 
 
 def batch(checkout: Path, n: int = 21) -> dict[str, float]:
