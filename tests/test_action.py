@@ -47,6 +47,8 @@ INPUT_DEFAULTS = {
     "pytest-args": "",
     "budget": "8",
     "min-speedup": "1.05",
+    "reject-margin": "",
+    "replace-margin": "",
     "llm": "",
     "anthropic-api-key": "",
     "github-token": "${{ github.token }}",
@@ -578,6 +580,9 @@ needs_bash_git = pytest.mark.skipif(not (shutil.which("bash") and shutil.which("
     ({"mode": "regressions", "base-ref": "main", "runs": "1"}, "input 'runs' must be a whole number of at least 2"),
     ({"mode": "regressions", "base-ref": "main", "baseline": "cached"}, "input 'baseline' must be 'rerun' or 'stored'"),
     ({"mode": "optimize", "app-id": "123"}, "input 'app-id' needs 'app-private-key'"),
+    ({"mode": "optimize", "reject-margin": "1.25x"}, "input 'reject-margin' must be a number greater than 0, not '1.25x'"),
+    ({"mode": "optimize", "replace-margin": "0.0"}, "input 'replace-margin' must be a number greater than 0"),
+    ({"mode": "optimize", "replace-margin": "1.1\n$(id)"}, "input 'replace-margin' must be a number"),
 ])
 def test_check_step_rejects(tmp_path, inputs, message):
     r = Runner(tmp_path, tmp_path, inputs).run("Check inputs")
@@ -594,6 +599,7 @@ def test_check_step_rejects(tmp_path, inputs, message):
     {"mode": "regressions", "base-ref": "refs/heads/release/1.x"},
     {"mode": "regressions", "base-ref": "main", "timer": "instructions", "runs": "12", "baseline": "stored", "history": "false"},
     {"mode": "optimize", "app-id": "123", "app-private-key": "-----BEGIN KEY-----", "cache": "false"},
+    {"mode": "optimize", "reject-margin": "1.5", "replace-margin": ".9"},
 ])
 def test_check_step_accepts(tmp_path, inputs):
     r = Runner(tmp_path, tmp_path, inputs).run("Check inputs")
@@ -606,7 +612,7 @@ def test_optimize_and_pr_steps(tmp_path):
     (ws / "proj").mkdir(parents=True)
     inputs = {"mode": "optimize", "working-directory": "proj", "pytest-args": "tests -k 'chain and not slow'",
               "llm": "anthropic:claude-x", "anthropic-api-key": "sk-ant-KEY", "labels": "performance, needs review\nbot",
-              "draft": "true"}
+              "draft": "true", "reject-margin": "1.5", "replace-margin": "1.2"}
     runner = Runner(tmp_path, ws, inputs, event={"repository": {"default_branch": "trunk"}})
     r = runner.run("pytest --maxcode")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -626,7 +632,10 @@ def test_optimize_and_pr_steps(tmp_path):
     call = runner.calls()[-1]
     assert call["argv"] == ["pr", report, "--repo", "owner/repo", "--base", "main",
                             "--urls-file", str(runner.temp / "maxcode-pr-urls.txt"),
-                            "--label", "performance", "--label", "needs review", "--label", "bot", "--draft"]
+                            "--label", "performance", "--label", "needs review", "--label", "bot", "--draft",
+                            "--reject-margin", "1.5", "--replace-margin", "1.2"]
+    assert {k: v for k, v in step("maxcode pr")["env"].items() if k.endswith("_MARGIN")} == {
+        "REJECT_MARGIN": "${{ inputs.reject-margin }}", "REPLACE_MARGIN": "${{ inputs.replace-margin }}"}  # through env: only
     assert call["env"]["GITHUB_TOKEN"] == "ghs_TOKEN" and call["env"]["ANTHROPIC_API_KEY"] is None
     # git push authenticates through GIT_CONFIG_* of this step, nothing written to .git/config
     assert call["env"]["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraheader"
@@ -654,6 +663,7 @@ def test_optimize_step_minimal_and_failing(tmp_path):
     assert r.returncode == 0, r.stderr
     argv = runner.calls()[-1]["argv"]
     assert argv[argv.index("--base") + 1] == "release" and "--label" not in argv and "--draft" not in argv
+    assert "--reject-margin" not in argv and "--replace-margin" not in argv  # empty inputs: maxcode pr's defaults
     assert runner.outputs("pr") == {"pr-url": ""}
 
     # a checkout that persisted its credentials: no second Authorization header

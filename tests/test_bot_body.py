@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -120,9 +121,9 @@ def test_inline_code_and_fences_outlast_the_content() -> None:
         assert tok.content == text + "\n"
 
 
-def _check_it_yourself(tmp_path: Path, fake_github: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
-    """A project in a subfolder, its PR opened against the fake GitHub: the repository and the
-    body's "check it yourself" block (a rendered fence token)."""
+def _check_it_yourself(tmp_path: Path, fake_github: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
+    """A project in a subfolder, its PR opened against the fake GitHub: the repository, the
+    body's "check it yourself" block and its "re-measure them" block (rendered fence tokens)."""
     for k, v in {"GITHUB_TOKEN": github_fake.FAKE_GH_TOKEN, "GITHUB_API_URL": fake_github.url,
                  "MAXCODE_GITHUB_WRITE_INTERVAL": "0"}.items():
         monkeypatch.setenv(k, v)
@@ -130,8 +131,10 @@ def _check_it_yourself(tmp_path: Path, fake_github: Any, monkeypatch: pytest.Mon
     (outcome,) = Bot(r.project, r.report(tune(0), 3.0, (2.7, 3.3)), repo_name="acme/mylib", base=None).run()
     assert outcome.action == "opened", outcome.line()
     (pr,) = fake_github.pulls.values()
-    (block,) = [tok for tok in render(pr["body"]) if tok.type == "fence" and tok.info == "sh" and "git fetch" in tok.content]
-    return r, block
+    blocks = [tok for tok in render(pr["body"]) if tok.type == "fence" and tok.info == "sh"]
+    (check,) = [tok for tok in blocks if "git fetch" in tok.content]
+    (bench,) = [tok for tok in blocks if "maxcode bench-ab" in tok.content]
+    return r, check, bench
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="needs zsh (apt-get install zsh; .ci/run installs it)")
@@ -139,7 +142,7 @@ def test_the_check_it_yourself_commands_pass_the_test_ids_intact_in_zsh(tmp_path
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # zsh reads an unquoted [512] as a glob and stops with "no matches found": each command line
     # runs in zsh with pytest and maxcode as functions that print the arguments they were given
-    _, block = _check_it_yourself(tmp_path, fake_github, monkeypatch)
+    _, block, _ = _check_it_yourself(tmp_path, fake_github, monkeypatch)
     lines = [line for line in block.content.splitlines() if line.startswith(("pytest ", "maxcode "))]
     assert any("::" in line for line in lines), block.content
     for line in lines:
@@ -152,20 +155,52 @@ def test_the_check_it_yourself_commands_pass_the_test_ids_intact_in_zsh(tmp_path
 
 def test_the_check_it_yourself_commands_run_from_the_repository_root(tmp_path: Path, fake_github: Any,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    r, block = _check_it_yourself(tmp_path, fake_github, monkeypatch)
+    r, block, bench = _check_it_yourself(tmp_path, fake_github, monkeypatch)
     commands = block.content.splitlines()
-    assert commands[:2] == [f"git fetch origin {BRANCH} && git checkout {BRANCH}", "cd 'my proj'"]
+    assert commands[:2] == [f"git fetch origin {BRANCH} && git checkout -B {BRANCH} FETCH_HEAD", "cd 'my proj'"]
     assert f"pytest '{TESTS[0]}' {TESTS[1]}" in commands
-    # a reviewer's clone, the commands as written, from its root
-    clone = tmp_path / "reviewer"
-    git.Repo.clone_from(r.origin, clone)
+    # the benchmarks' block starts from the repository's root too: bench-ab takes the project from the current directory
+    assert bench.content.splitlines()[0] == "cd 'my proj'" and bench.content.splitlines()[1].startswith("maxcode bench-ab ")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GH_", "PYTEST_"))}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+
+    def sh(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-ec", script], cwd=cwd, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+    # a clone of main alone has no origin/<branch>: checking the branch out by its name fails there
+    # ("pathspec did not match"), and a local branch from before a force-push would be checked out stale
+    origin_head = git.Repo(r.origin).commit(BRANCH).hexsha
+    stale = git.Repo.clone_from(r.origin, tmp_path / "stale", single_branch=True, branch="main")
+    assert sh(f"git fetch origin {BRANCH} && git checkout {BRANCH}", Path(stale.working_dir)).returncode != 0
+    stale.git.branch(BRANCH, "main")
+    done = sh(commands[0], Path(stale.working_dir))
+    assert done.returncode == 0 and stale.active_branch.name == BRANCH, done.stderr
+    assert stale.head.commit.hexsha == origin_head
+    # a reviewer's single-branch clone, the commands as written, from its root
+    clone = tmp_path / "reviewer"
+    git.Repo.clone_from(r.origin, clone, single_branch=True, branch="main")
     start = time.monotonic()
-    done = subprocess.run(["bash", "-ec", block.content], cwd=clone, capture_output=True, text=True, env=env, timeout=600, check=False)
+    done = sh(block.content, clone)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "active" in done.stdout and "2 passed" in done.stdout, done.stdout[-3000:]
     # the search ran in the project's folder, and started from the kernel the branch's lock accepts
     searched = json.loads((clone / "my proj" / ".maxcode" / "reports" / "report.json").read_text())
     assert searched["targets"][0]["trajectory"][0]["origin"] == f"accepted:maxcode_kernels/{TARGET}.cpp"
     print(f"check-it-yourself commands: {time.monotonic() - start:.1f} s")
+    # the re-measure block, from the root of the same clone on the branch: maxcode (a function that
+    # says where it runs and what it was given) starts in the project's folder, against main's commit
+    done = sh('maxcode() { pwd -P; printf "%s\\n" "$@"; }\n' + bench.content, clone)
+    assert done.returncode == 0, done.stderr
+    where, sub, base = done.stdout.splitlines()[:3]
+    assert (Path(where), sub) == ((clone / "my proj").resolve(), "bench-ab") and (Path(where) / "pyproject.toml").is_file()
+    assert base == git.Repo(r.origin).commit("main").hexsha
+
+
+def test_model_text_holds_no_link_github_would_make() -> None:
+    # GitHub links a bare URL, www. address or e-mail address in plain text (GFM's extended
+    # autolinks; CommonMark has none): each is broken where GFM looks for it, and reads the same
+    said = "see https://evil.example/x, HTTP://A.B, ftp://c.d, (www.evil.example), *WWW.e.f* or x@y.com; @security-team"
+    out = pr_body.text(said)
+    assert not re.search(r"(?<!\\)://|www\.|@(?!&#8203;)", out, re.IGNORECASE), out
+    shown = said.replace("@", "@\u200b")  # a zero-width space after each @: no mention, no e-mail link
+    assert MarkdownIt("commonmark").render(out) == f"<p>{shown}</p>\n"

@@ -79,7 +79,7 @@ def test_a_report_becomes_a_branch_a_commit_and_a_pr_then_an_update(project: tup
     for needle in (f"<!-- maxcode:pr target={TARGET} kernel=", f"**{report['speedup']:.3g}x**", "| workload | original | optimized |",
                    "### Your benchmarks (pytest-benchmark", "tests/test_mylib.py::test_benchmark_chain",
                    "### Tests re-run with the kernel active", "✅", "torch ", "strategy `sweep`",
-                   "<details><summary>Kernel source", "extern \"C\" int maxcode_run", f"git checkout {BRANCH}"):
+                   "<details><summary>Kernel source", "extern \"C\" int maxcode_run", f"git checkout -B {BRANCH} FETCH_HEAD"):
         assert needle in body, needle
     # the user's checkout is untouched: no lock, no kernel, no leftover worktree
     assert not (work / "maxcode.lock").exists() and not (work / "maxcode_kernels" / f"{TARGET}.cpp").exists()

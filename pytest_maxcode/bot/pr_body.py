@@ -134,9 +134,16 @@ def numbers(t: Target, accepted: Accepted | None = None) -> Numbers:
 
 # -- safe text ----------------------------------------------------------------------------
 
+#: what GitHub links in plain text and CommonMark does not (GFM's extended autolinks): the ``:`` of
+#: ``http://`` (any scheme), the ``.`` of ``www.``; a backslash before either shows the same text
+_AUTOLINK = re.compile(r"(?<=www)\.|:(?=//)", re.IGNORECASE)
+
+
 def text(value: object) -> str:
-    """Untrusted text as one literal markdown line: no emphasis, HTML, links, headings or @mentions."""
-    return md_escape(value).replace("@", "&#64;")
+    """Untrusted text as one literal markdown line: no emphasis, HTML, links, headings or @mentions.
+    A bare ``https://...`` or ``www....`` is broken with a backslash (it reads the same); an ``@``
+    is followed by a zero-width space, which stops both a mention and an e-mail autolink."""
+    return _AUTOLINK.sub(lambda m: "\\" + m.group(0), md_escape(value)).replace("@", "@&#8203;")
 
 
 def _longest_run(s: str, char: str = "`") -> int:
@@ -372,8 +379,8 @@ def _benchmarks(benchmarks: Sequence[BenchmarkResult], where: Where) -> list[str
     base = f'"$(git merge-base {shlex.quote(f"{where.remote}/{where.base}")} HEAD)"'
     again = " ".join(["maxcode bench-ab", base, "HEAD", "--runs", str(runs), "--timer time --",
                       *(shlex.quote(b.name) for b in benchmarks)])
-    out += ["", "Re-measure them on this branch, from the project's folder (runs of the original and of the kernel, "
-                "alternating; it says which benchmarks changed):", "", *fence(again, "sh")]
+    out += ["", "Re-measure them on this branch, from the repository's root (runs of the original and of the kernel, "
+                "alternating; it says which benchmarks changed):", "", *fence("\n".join([*cd_project(where), again]), "sh")]
     return out
 
 
@@ -442,15 +449,22 @@ def _source(t: TargetResult, source: str, kernel_path: str, lang: str, accepted:
             *_details("What changed (diff, accepted -> new)", fence(_cap(diff, MAX_REPLACED_CHARS), "diff"))]
 
 
+def cd_project(where: Where) -> list[str]:
+    """The ``cd`` from the repository root into the project's folder that a block of commands
+    starts with (``maxcode`` and pytest take the project from the current directory); none at the root."""
+    return [] if where.project_dir in ("", ".") else [f"cd {shlex.quote(where.project_dir)}"]
+
+
 def check_commands(t: Target, where: Where) -> list[str]:
     """The commands of "Check it yourself", runnable as written from the repository root in
     bash or zsh: the branch, then ``cd`` into the project, then the tests (ids shell-quoted)."""
     t = as_target(t)
     q = shlex.quote
     rerun = [str(n) for n in t.tests.rerun or []][:3]
-    out = [f"git fetch {q(where.remote)} {q(where.branch)} && git checkout {q(where.branch)}"]
-    if where.project_dir not in ("", "."):
-        out.append(f"cd {q(where.project_dir)}")
+    # FETCH_HEAD, not the branch's name: a single-branch or shallow clone has no remote-tracking
+    # branch to check out, and a local branch left from before a force-push would be stale
+    out = [f"git fetch {q(where.remote)} {q(where.branch)} && git checkout -B {q(where.branch)} FETCH_HEAD",
+           *cd_project(where)]
     if not is_program(t):
         out += ["maxcode status", " ".join(["pytest", *map(q, rerun)])]
     out.append(f"pytest --maxcode --maxcode-target={q(str(t.id))}")
@@ -459,7 +473,7 @@ def check_commands(t: Target, where: Where) -> list[str]:
 
 def check_it(t: Target, where: Where) -> list[str]:
     t = as_target(t)
-    steps = ["check out this branch"] + (["go to the project's folder"] if where.project_dir not in ("", ".") else [])
+    steps = ["check out this branch"] + (["go to the project's folder"] if cd_project(where) else [])
     if not is_program(t):
         steps += ["see that the kernel is active on this machine", "run your tests with it"]
     steps.append("search and verify again here")
