@@ -11,6 +11,7 @@ functions read live objects.
 
 from __future__ import annotations
 
+import dis
 import importlib
 import importlib.util
 import inspect
@@ -86,6 +87,16 @@ def _names_read(code: types.CodeType) -> set[str]:
     return names
 
 
+def _globals_read(code: types.CodeType) -> set[str]:
+    """The global names a code object (and the functions nested in it) loads: unlike
+    ``co_names``, not the attribute names (``x.relu()`` does not read a global ``relu``)."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _globals_read(const)
+    return names
+
+
 def _own_functions(cls: type) -> list[types.FunctionType]:
     """forward and the class's other own methods (forward may call them), not torch's, and
     not ``__init__``: what the constructor sets but the call never reads is not stated."""
@@ -100,13 +111,59 @@ def _own_functions(cls: type) -> list[types.FunctionType]:
     return out
 
 
+def _same_module_function(value: Any, glb: dict[str, Any]) -> types.FunctionType | None:
+    """The plain function behind a global (unwrapped, or a marked target's reference) when it
+    is defined in the module whose globals are ``glb``: a helper the reference calls, whose
+    constants the kernel must reproduce too. None for anything else (torch, other modules)."""
+    value = getattr(getattr(value, "maxcode", None), "reference", None) or value
+    try:
+        value = inspect.unwrap(value)
+    except ValueError:  # a cycle of __wrapped__
+        return None
+    if isinstance(value, types.FunctionType) and value.__globals__ is glb:
+        return value
+    return None
+
+
+def _global_value(value: Any) -> str | None:
+    """A module-level constant as the prompt states it; None for what is not a constant (a
+    function, a class, a module). A tensor is not an input the kernel receives: its values are
+    stated when few, else its dtype and shape with a word that the values are not shown."""
+    if _plain(value):
+        return spell(value)
+    torch = sys.modules.get("torch")  # a tensor exists only where torch is imported; never import it here
+    if torch is not None and isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).replace("torch.", "")
+        if value.numel() <= 16:
+            return f"torch.tensor({value.tolist()!r}, dtype={value.dtype})"
+        return f"...  # a {dtype} tensor of shape {list(value.shape)}; its {value.numel()} values are not shown"
+    return None
+
+
 def global_values(fn: Any) -> list[tuple[str, str]]:
-    """(name, spelled value) of the module-level plain constants a function's code reads."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
+    """(name, spelled value) of the module-level constants (plain values and tensors) a
+    function's code reads, and those read by the functions of the same module it calls, followed
+    transitively: a constant inside a helper changes the result as much as one in the reference."""
+    if getattr(fn, "__code__", None) is None:
         return []
     glb = getattr(fn, "__globals__", {})
-    return [(n, spell(glb[n])) for n in sorted(_names_read(code)) if n in glb and _plain(glb[n])]
+    found: dict[str, str] = {}
+    visited: set[types.CodeType] = set()
+    todo = [fn.__code__]
+    while todo:
+        code = todo.pop()
+        if code in visited:
+            continue
+        visited.add(code)
+        for name in sorted(_globals_read(code)):
+            if name not in glb:
+                continue
+            helper = _same_module_function(glb[name], glb)
+            if helper is not None:
+                todo.append(helper.__code__)
+            elif (text := _global_value(glb[name])) is not None:
+                found[name] = text
+    return sorted(found.items())
 
 
 def _is_torch(module: Any) -> bool:
