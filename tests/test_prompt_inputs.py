@@ -304,7 +304,7 @@ class Model(nn.Module):
 def _tensor_const(name: str, t) -> str:
     if t.numel() <= 16:
         return f"{name} = torch.tensor({t.tolist()!r}, dtype={t.dtype})  # module-level"
-    return f"{name} = ...  # a {_dtype(t)} tensor of shape {list(t.shape)}; its {t.numel()} values are not shown  # module-level"
+    return f"{name} = ...  # module-level; a {_dtype(t)} tensor of shape {list(t.shape)}; its {t.numel()} values are not shown"
 
 
 def test_constants_read_by_same_module_helpers_and_tensor_constants_are_stated(tmp_path: Path) -> None:

@@ -235,7 +235,7 @@ def render_inputs(desc: dict[str, Any], workloads: list[dict[str, Any]], native:
             text = next(iter(spelled.values())) if len(set(spelled.values())) == 1 else "; ".join(f"{n}: {t}" for n, t in spelled.items())
             lines.append(f"- outputs[{j}]: {text}" if native else f"- result {j}: {text}")
     values = [f"{name} = {value}" for name, value in desc.get("attributes") or []]
-    values += [f"{name} = {value}  # module-level" for name, value in desc.get("globals") or []]
+    values += [f"{name} = {value}" + ("" if value.startswith("...  # ") else "  # module-level") for name, value in desc.get("globals") or []]
     if desc.get("constructor"):
         values.insert(0, f"# built as {desc['constructor']}")
     if values:

@@ -136,7 +136,7 @@ def _global_value(value: Any) -> str | None:
         dtype = str(value.dtype).replace("torch.", "")
         if value.numel() <= 16:
             return f"torch.tensor({value.tolist()!r}, dtype={value.dtype})"
-        return f"...  # a {dtype} tensor of shape {list(value.shape)}; its {value.numel()} values are not shown"
+        return f"...  # module-level; a {dtype} tensor of shape {list(value.shape)}; its {value.numel()} values are not shown"
     return None
 
 
