@@ -113,7 +113,7 @@ def apply_target(t: TargetResult | Mapping[str, Any], root: Path, source_root: P
         qualname=ref.qualname,
         kernel_source=kernel_source,
         lang=best.lang,
-        device=t.device if t.device is not None else "cpu",
+        device=t.device_or_default(),
         arch=t.arch if t.arch is not None else "",
         speedup=t.speedup,
         speedup_ci=t.speedup_ci,

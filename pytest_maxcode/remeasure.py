@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import MaxcodeError
 from .model.report import ReferenceInfo, Report, TargetResult, parse_report, row_of
+from .options import MIN_SPEEDUP
 
 if TYPE_CHECKING:
     from .oracle.repeat import Repeats
@@ -148,8 +149,8 @@ def remeasure(root: Path, target_id: str, n: int, *, sandbox: str = "auto",
     kind = t.kind or "function"
     reference = ReferenceSpec(kind, root / ref.file, ref.qualname, module=ref.module, rootdir=root,
                               instance=inputs / "module.pt" if kind == "module" else None)
-    min_speedup = report.options.get("min_speedup") or 1.05
-    config = CheckConfig(device=t.device or "cpu", min_speedup=min_speedup, inplace=t.returns is not None, sandbox=sandbox)
+    min_speedup = report.options.get("min_speedup") or MIN_SPEEDUP
+    config = CheckConfig(device=t.device_or_default(), min_speedup=min_speedup, inplace=t.returns is not None, sandbox=sandbox)
     quoted = Verdict(candidate=str(kernel), status="faster" if t.verified else "not_faster",
                      speedup=t.speedup, speedup_ci=list(t.speedup_ci))
     workloads = [{"name": p.stem, "captured": str(p)} for p in captured]

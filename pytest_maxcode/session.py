@@ -41,7 +41,7 @@ from .model.report import (
     parse_report,
     parse_target,
 )
-from .model.search import NodeRow
+from .model.search import Node, NodeRow
 from .model.verdict import Verdict
 from .native.build import cuda_arch
 from .options import Settings, accepts_range_limited
@@ -53,6 +53,7 @@ from .report.tree import best_so_far_curve, curves_by_strategy
 from .search.budget import Meter
 from .search.loop import (
     SearchContext,
+    SearchResult,
     run_limits,
     search_names,
     search_program,
@@ -261,12 +262,15 @@ class MaxcodeSession:
     def _published(self, report: Report) -> dict[str, Any]:
         """The report's JSON after plugins added to it (``pytest_maxcode_report``), checked
         against the published schema when jsonschema is installed: a plugin that breaks the
-        contract is named here, not by ``maxcode apply`` or the bot later."""
+        contract is named here, not by ``maxcode apply`` or the bot later. Without jsonschema
+        (a dependency, so only a broken install lacks it) one line says the check was skipped."""
         data = report.to_json()
         self.config.hook.pytest_maxcode_report(report=data, config=self.config)
         try:
             errors = validate(data)
-        except ImportError:  # jsonschema is optional
+        except ImportError:
+            self._say("warning: the report was not checked against its schema: jsonschema is not installed "
+                      "(pip install jsonschema)")
             errors = []
         if errors:
             self._say(f"the report does not match its schema ({errors[0]}); a pytest_maxcode_report hook may have changed it")
@@ -426,6 +430,7 @@ class MaxcodeSession:
         self._say(f"{h.id}: {len(captured)} workload(s) from {len(cap.callers)} test(s)")
         result = search_target(info, captured, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, cap.handle.id, cap.callers, self.root, store)
+        _write_kernel(result, entry, self.root)
         entry.kind = h.kind
         if h.kind == "module" and cap.module is not None and entry.best is not None:
             entry.module_state = module_state(cap.module)
@@ -465,6 +470,7 @@ class MaxcodeSession:
         self._say(f"{program.id}: program {program.source}, test cases in {program.testcases}")
         result = search_program(program, self.root, self.settings, self._search_context(store, run_id, run_meter))
         entry = _target_report(result, program.id, [w["name"] for w in result.workloads], self.root, store)
+        _write_kernel(result, entry, self.root)
         entry.kind = "program"
         if entry.range_limited:
             entry.accept_range_limited = accepts_range_limited(program.id, None, self.settings.accept_range_limited)
@@ -517,7 +523,7 @@ class MaxcodeSession:
         self._say(f"{cap.handle.id}: re-running {len(cap.callers)} test(s) with {Path(best.source_path).name}")
         checked = verify(
             self.root, cap.handle.id, cap.callers, cap.benchmark_callers, self.root / best.source_path,
-            best.lang, entry.device or "cpu", entry.outputs or {}, entry.returns, entry.pack,
+            best.lang, entry.device_or_default(), entry.outputs or {}, entry.returns, entry.pack,
             {"module_state": entry.module_state, "eval_only": entry.eval_only},
         )
         tests = checked["tests"]
@@ -541,8 +547,9 @@ def _machine(device: str) -> dict[str, Any]:
     return {k: fp[k] for k in ("host", "cpu", "cores", "torch", "device", "gpu") if k in fp}
 
 
-def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, store: Store | None = None) -> TargetResult:
-    """The report entry for one searched target (verification fills in the rest)."""
+def _target_report(result: SearchResult, target_id: str, rerun: list[str], root: Path, store: Store | None = None) -> TargetResult:
+    """The report entry for one searched target (verification fills in the rest). It writes no
+    file: building a report twice is harmless; :func:`_write_kernel` writes the kernel it names."""
     state = result.state
     entry = TargetResult.skipped(target_id, "", rerun)
     trajectory, failed = _trajectory_rows(result)
@@ -576,7 +583,7 @@ def _target_report(result: Any, target_id: str, rerun: list[str], root: Path, st
     return entry
 
 
-def _trajectory_rows(result: Any) -> tuple[list[Evaluation], dict[str, int]]:
+def _trajectory_rows(result: SearchResult) -> tuple[list[Evaluation], dict[str, int]]:
     """One report row per evaluated node, and how many candidates failed, by status."""
     failed: dict[str, int] = {}
     rows = []
@@ -599,9 +606,28 @@ def _trajectory_rows(result: Any) -> tuple[list[Evaluation], dict[str, int]]:
     return rows, failed
 
 
-def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
-    """The best correct node's numbers, kernel file and measurement, and the target's status from it."""
+def _kernel_path(root: Path, target_id: str, lang: str) -> Path:
+    """Where a run keeps a target's best kernel: the report names it, verify, apply and the bot read it."""
+    return root / ".maxcode" / "reports" / "kernels" / f"{target_id}{EXT[lang]}"
+
+
+def _write_kernel(result: SearchResult, entry: TargetResult, root: Path) -> None:
+    """The best kernel's source at the path its report entry names (none: the entry names no kernel).
+
+    Kept apart from :func:`_target_report` so that building the report is pure: the optimize path
+    writes the file once, before verification re-runs the tests with it."""
+    best = result.state.best
+    if entry.best is None or best is None or best.proposal.spec is None:
+        return
+    path = root / entry.best.source_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(best.proposal.spec.text)
+
+
+def _with_best(entry: TargetResult, result: SearchResult, best: Node, root: Path) -> None:
+    """The best correct node's numbers, kernel path and measurement, and the target's status from it."""
     p, v = best.proposal, best.verdict
+    assert p.spec is not None  # a correct verdict was measured on code
     wl_diag = v.diagnostics.get("workloads", {})
     outputs = {key: w.get("outputs", []) for w in result.workloads for key in w["arg_keys"]}
     signatures = [w["layout"] for w in result.workloads]
@@ -614,11 +640,8 @@ def _with_best(entry: TargetResult, result: Any, best: Any, root: Path) -> None:
         )
         for w in result.workloads
     ]
-    kernels = root / ".maxcode" / "reports" / "kernels"
-    kernels.mkdir(parents=True, exist_ok=True)
-    path = kernels / f"{entry.id}{EXT[p.spec.lang]}"
+    path = _kernel_path(root, entry.id, p.spec.lang)
     build = v.diagnostics.get("build") or {}  # the verified library's hash, for the lock
-    path.write_text(p.spec.text)
     entry.speedup, entry.speedup_ci, entry.weak_check = v.speedup, v.speedup_ci, v.weak_check
     entry.baseline_s, entry.best_s, entry.range_limited = v.reference_s, v.candidate_s, v.range_limited
     entry.best = BestKernel(str(path.relative_to(root)), v.hash, p.spec.lang, p.origin, dict(p.params),

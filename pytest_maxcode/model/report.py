@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 #: the JSON a report holds below the typed fields (a row's unknown keys, the machine, the options)
 Json = dict[str, Any]
 
+#: the device of a report entry that names none (a hand-written or older report): what
+#: ``maxcode remeasure``, ``maxcode apply`` and verification fall back to, in one place
+DEFAULT_DEVICE = "cpu"
+
 
 class TargetStatus(PlainStrEnum):
     """Where a target ended. ``FASTER`` is the search's interim answer, before the user's
@@ -373,6 +377,10 @@ class TargetResult:
         elif name == "reference":  # read from JSON: an object is a ReferenceInfo, anything else none
             value = row_of(ReferenceInfo, value)
         object.__setattr__(self, name, value)
+
+    def device_or_default(self) -> str:
+        """The device the target was measured on, :data:`DEFAULT_DEVICE` where the entry names none."""
+        return self.device or DEFAULT_DEVICE
 
     @classmethod
     def skipped(cls, target_id: str, reason: str, rerun: list[str], kind: str | None = None) -> TargetResult:

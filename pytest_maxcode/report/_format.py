@@ -22,6 +22,7 @@ from ..model.report import (
     rows_of,
 )
 from ..model.verdict import undecided
+from ..options import MIN_SPEEDUP
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "target",
@@ -261,7 +262,7 @@ def _undecided_example(t: Mapping[str, Any], min_speedup: float) -> str | None:
 
 def noise_line(report: Mapping[str, Any]) -> str:
     """One line when the machine was too noisy to decide a target that found no speedup, else ''."""
-    min_speedup = finite((report.get("options") or {}).get("min_speedup")) or 1.05
+    min_speedup = finite((report.get("options") or {}).get("min_speedup")) or MIN_SPEEDUP
     targets = [t for t in report.get("targets") or [] if isinstance(t, Mapping) and t.get("status") == "no_speedup"]
     noisy = [(t, ex) for t in targets if (ex := _undecided_example(t, min_speedup)) is not None]
     if not noisy:
