@@ -344,6 +344,35 @@ def test_a_candidate_cannot_include_a_credential_file_into_its_compile_errors(tm
 
 
 @needs_bwrap
+@pytest.mark.parametrize("where", ["project", "home", "elsewhere"])
+def test_a_compiler_sees_the_toolchain_and_not_the_project_or_other_files(tmp_path: Path, where: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # an #include of a project file (a .env beside the code), of a file in the home folder or
+    # anywhere else would put its text into the compile error, and from there into a prompt, a
+    # report and a pull request: the compiler's sandbox shows the toolchain only (issue 13)
+    secret = f"leaked_{uuid.uuid4().hex}"
+    folder = {"project": tmp_path / "proj", "home": tmp_path / "home", "elsewhere": Path.cwd() / f".probe-{secret[-8:]}"}[where]
+    folder.mkdir(parents=True)
+    try:
+        (folder / ".env").write_text(f"int {secret} = not_a_value;\n")
+        if where == "home":
+            monkeypatch.setenv("HOME", str(folder))
+        src = tmp_path / "steal.cpp"
+        src.write_text(f'#include "{folder}/.env"\n')
+        honest = tmp_path / "honest.cpp"
+        honest.write_text((DATA / "chain" / "good.cpp").read_text())
+        control = build.build_all([build.Source(src, "cpp")], tmp_path / "plain")[0]
+        assert any(secret in e for e in control.errors)  # unsandboxed, the compiler quotes the file
+        boxed, ok = build.build_all([build.Source(src, "cpp"), build.Source(honest, "cpp")], folder / ".maxcode" / "build",
+                                    isolation=resolve("bwrap"))
+        assert not boxed.ok and secret not in boxed.log and not any(secret in e for e in boxed.errors), boxed.errors
+        assert any("No such file" in e for e in boxed.errors), boxed.errors
+        assert ok.ok, ok.errors  # the toolchain, the DLPack header and the build folder are all there
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_bwrap
 def test_credential_files_stay_masked_inside_a_readable_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)

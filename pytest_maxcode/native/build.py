@@ -422,7 +422,7 @@ def _run_sandboxed(argv: list[str], job_dir: Path, jobs: int, writable: list[Pat
         subprocess.run(argv, cwd=job_dir, capture_output=True, text=True, env=env)
         return
     limits = Limits(memory=(2 * jobs + 1) << 30, pids=max(256, 8 * jobs + 64), file_size=1 << 30)
-    box = prepare(argv, isolation, job_dir, limits, extra_writable=writable, readable=readable)
+    box = prepare(argv, isolation, job_dir, limits, extra_writable=writable, readable=readable, view="toolchain")
     proc = subprocess.Popen(box.argv, cwd=job_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -181,7 +181,8 @@ def compile_program(code: str, flags: Sequence[str], cache: Path, isolation: Iso
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         (Path(tmp) / "prog.cpp").write_text(code, encoding="utf-8")
         argv = [CXX, *flags, "prog.cpp", "-o", "prog"]
-        boxed = prepare(argv, isolation, Path(tmp), Limits(memory=4 << 30, pids=256, file_size=1 << 30)) if isolation else None
+        boxed = (prepare(argv, isolation, Path(tmp), Limits(memory=4 << 30, pids=256, file_size=1 << 30), view="toolchain")
+                 if isolation else None)
         try:
             proc = subprocess.run(boxed.argv if boxed else argv, cwd=tmp, capture_output=True, start_new_session=boxed is not None,
                                   env={**scrubbed_env(), "LC_ALL": "C"}, text=True, errors="replace", timeout=COMPILE_TIMEOUT, stdin=subprocess.DEVNULL)

@@ -53,6 +53,11 @@ NOT_ENFORCED = {
     "unshare": ("the filesystem is writable (install bubblewrap for a read-only view)",),
     "none": ("no namespaces: the candidate sees the network, every process and every file of this user",),
 }
+#: what a compiler sees of the system under ``view="toolchain"``, besides the interpreter, this
+#: package, the folders on PATH and its own job: no home, no project, no other file whose text
+#: an ``#include`` could put into an error message, a prompt and a pull request
+TOOLCHAIN_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/ld.so.conf",
+                  "/etc/ld.so.conf.d", "/etc/alternatives")
 #: the shell that joins the cgroups and sets the rlimits, then execs the sandbox (no pre-exec
 #: hook in Python: that forces a full fork of a process that may hold gigabytes)
 _STARTER = 'while [ "$1" != -- ]; do eval "$1" || exit 125; shift; done; shift; exec "$@"'
@@ -138,15 +143,20 @@ def _isolation(kind: str, reason: str) -> Isolation:
 
 
 def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], readable: Sequence[Path] = (),
-                    devices: Sequence[Path] = (), mounts: Sequence[tuple[Path, Path]] = ()) -> list[str]:
+                    devices: Sequence[Path] = (), mounts: Sequence[tuple[Path, Path]] = (), view: str = "all") -> list[str]:
+    """Seven parameters because they are :func:`prepare`'s mounts, passed on."""
     if kind == "none":
         return []
     if kind == "unshare":
         return ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount-proc",
                 "--net", "--ipc", "--uts", f"--wd={job_dir}", "--"]
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
-    for path in _hidden_by_tmpfs(readable):
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+    if view == "toolchain":
+        argv += _system_view(TOOLCHAIN_VIEW)
+    else:
+        argv += ["--ro-bind", "/", "/"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    for path in (_beside_the_system(readable) if view == "toolchain" else _hidden_by_tmpfs(readable)):
         argv += ["--ro-bind", str(path), str(path)]
     home = Path.home()
     for rel in CREDENTIALS:  # after the binds above: one of them may hold the home folder
@@ -177,11 +187,45 @@ def _runtime_paths() -> list[Path]:
     return paths
 
 
+def _system_view(paths: Sequence[str]) -> list[str]:
+    """bwrap arguments that show these system paths read-only, links as links (``/lib`` is a
+    link to ``usr/lib`` on a merged-/usr system), and nothing else of the root."""
+    argv: list[str] = []
+    for p in paths:
+        if os.path.islink(p):
+            argv += ["--symlink", os.readlink(p), p]
+        elif os.path.exists(p):
+            argv += ["--ro-bind", p, p]
+    return argv
+
+
+def _beside_the_system(paths: Sequence[Path]) -> list[Path]:
+    """The folders among ``paths`` that :data:`TOOLCHAIN_VIEW` does not already show (``/bin``
+    on PATH is ``/usr/bin``; binding it again over the link would fail)."""
+    shown = [Path(os.path.realpath(p)) for p in TOOLCHAIN_VIEW if os.path.isdir(p)]
+    return [p for p in _outermost(paths) if not any(Path(os.path.realpath(p)).is_relative_to(v) for v in shown)]
+
+
+def _toolchain_paths() -> list[Path]:
+    """What a compiler run of ours reads outside the system folders: the interpreter (ninja may
+    be a Python entry point), this package's own folder (the DLPack header; not its parent, which
+    in a source checkout is a project) and the folders on PATH (the compilers, ninja). Unlike
+    :func:`_runtime_paths`, not the import path: it names the project."""
+    paths = [Path(sys.prefix), Path(sys.exec_prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[1]]
+    return paths + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+
+
 def _hidden_by_tmpfs(paths: Sequence[Path]) -> list[Path]:
     """The folders under the sandbox's private /tmp or /dev/shm that it must still read, outermost only."""
     hidden = (Path("/tmp"), Path("/dev/shm"))
-    inside = sorted({q for q in (Path(os.path.abspath(p)) for p in paths)
-                     if q.exists() and any(q.is_relative_to(h) and q != h for h in hidden)}, key=lambda q: len(q.parts))
+    return _outermost([p for p in paths if any(Path(os.path.abspath(p)).is_relative_to(h) for h in hidden)])
+
+
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """The existing folders among ``paths`` (other than ``/``, ``/tmp`` and ``/dev/shm`` themselves), outermost only."""
+    skip = {Path("/"), Path("/tmp"), Path("/dev/shm")}
+    inside = sorted({q for q in (Path(os.path.abspath(p)) for p in paths) if q.exists() and q not in skip},
+                    key=lambda q: len(q.parts))
     kept: list[Path] = []
     for p in inside:
         if not any(p.is_relative_to(k) for k in kept):
@@ -410,7 +454,7 @@ class Sandboxed:
 
 def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Limits = Limits(),
             extra_writable: Sequence[Path] = (), readable: Sequence[Path] = (), devices: Sequence[Path] = (),
-            mounts: Sequence[tuple[Path, Path]] = (), use_cgroups: bool = True) -> Sandboxed:
+            mounts: Sequence[tuple[Path, Path]] = (), use_cgroups: bool = True, view: str = "all") -> Sandboxed:
     """The command line that runs ``argv`` inside the sandbox, with its limits.
 
     ``readable``: folders the command must read that the sandbox's private ``/tmp`` would
@@ -418,7 +462,9 @@ def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Li
     nodes it needs (``/dev/nvidia*`` for a CUDA worker). ``mounts``: (source, seen as)
     writable folders shown at another path, under ``bwrap`` only (the others cannot mount).
     ``use_cgroups=False``: rlimits only; joining a cgroup costs tens of milliseconds, too much
-    for a process started once per timed run.
+    for a process started once per timed run. ``view="toolchain"`` (compilers): under ``bwrap``
+    only the system's toolchain folders (:data:`TOOLCHAIN_VIEW`), the interpreter, this package,
+    PATH and ``readable`` are seen, not the whole filesystem.
 
     Start it in a new session (``start_new_session=True``) and kill its process group (or,
     under a namespace, its root process: the PID namespace goes with it); then call
@@ -429,8 +475,9 @@ def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Li
     """
     cgroups = Cgroups.make(limits) if isolation.kind != "none" and use_cgroups else Cgroups()
     setup = cgroups.join_commands() + rlimit_commands(limits, "memory" in cgroups.folders)
-    readable = [*readable, *_runtime_paths(), *([Path(argv[0]).parent] if argv and os.path.isabs(argv[0]) else [])]
-    inner = _namespace_argv(isolation.kind, job_dir, extra_writable, readable, devices, mounts) + list(argv)
+    own = _toolchain_paths() if view == "toolchain" else _runtime_paths()
+    readable = [*readable, *own, *([Path(argv[0]).parent] if argv and os.path.isabs(argv[0]) else [])]
+    inner = _namespace_argv(isolation.kind, job_dir, extra_writable, readable, devices, mounts, view) + list(argv)
     if isolation.kind == "none":
         setup.append(f"cd '{job_dir}'")
     return Sandboxed(["/bin/sh", "-c", _STARTER, "maxcode-sandbox", *setup, "--", *inner], isolation, cgroups)
