@@ -18,7 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,7 +29,7 @@ import torch
 from ..errors import NO_CUDA_DEVICE, MaxcodeError
 from ..model.protocols import EvaluationStore
 from ..model.report import PACKS
-from ..model.verdict import UNDECIDED_WIDTH, Verdict, undecided
+from ..model.verdict import UNDECIDED_WIDTH, Verdict, VerdictStatus, undecided
 from ..native import build as build_mod
 from ..options import MIN_SPEEDUP
 from ..sandbox import isolation as isolation_mod
@@ -74,6 +74,30 @@ MAX_RETAKES = 2
 #: (:data:`stats.LOADED_RUN_SPREAD`). A quiet 2-core VM disturbs 0 to 2 rounds of 32 (at most
 #: 0.06); beside a CPU hog 0.09 to 0.36
 LOADED_SHARE = 0.08
+#: after each correctness call the worker waits at least this long (longer for a slow call) and
+#: compares the outputs with the copy taken on return: work left running on another thread shows
+SETTLE_S = 0.005
+#: under ``--timer instructions``: the rounds of callgrind counts, alternating reference and candidate
+INSTRUCTION_ROUNDS = 9
+
+
+def resolve_device(requested: str | None, langs: Iterable[str] = (), *,
+                   cuda_available: Callable[[], bool] | None = None) -> str:
+    """Where candidates run: the one place the oracle decides it, asked at two moments.
+
+    Without ``cuda_available`` (an oracle's construction, the Ray driver, which may have no GPU
+    while its actors do): the device asked for, ``requested`` or else CUDA when a candidate is
+    CUDA, else the CPU; the sandbox and the actors are sized for it. With it (the machine that
+    runs the candidates, once its worker is launched): CUDA asked explicitly but absent is
+    :data:`NO_CUDA_DEVICE`; CUDA only implied by a CUDA candidate falls back to the CPU, where
+    CUDA candidates are still compiled and reported as such. ``cuda_available`` is called only
+    when CUDA is wanted, so a CPU run never queries the driver."""
+    device = requested or ("cuda" if "cuda" in set(langs) else "cpu")
+    if device != "cuda" or cuda_available is None or cuda_available():
+        return device
+    if requested == "cuda":
+        raise MaxcodeError(NO_CUDA_DEVICE)
+    return "cpu"
 
 
 @dataclass
@@ -200,7 +224,10 @@ class Oracle:
         self.store = store
         self.run_id = run_id
         self.progress = progress or (lambda _msg: None)
-        self.device = config.device or ("cuda" if any(c.lang == "cuda" for c in candidates_hint) else "cpu")
+        #: the candidates' languages, which decide the device when the config does not
+        self._langs = frozenset(c.lang for c in candidates_hint)
+        #: the device asked for; :meth:`_start_workers` settles it on this machine
+        self.device = resolve_device(config.device, self._langs)
         #: candidates run here; the reference (its inputs, expected outputs, timed calls) runs in
         #: a sandbox of its own, which no candidate can see, signal or slow
         self.zygote: Zygote | None = None
@@ -441,11 +468,11 @@ class Oracle:
             self.ref_zygote.launch()
         else:
             self.ref_zygote = None  # instruction counts are taken in the candidate's worker (not yet split)
-        if self.device == "cuda" and not torch.cuda.is_available():
-            if self.config.device == "cuda":
-                self.close()
-                raise MaxcodeError(NO_CUDA_DEVICE)
-            self.device = "cpu"  # CUDA candidates are still compiled, and reported as such
+        try:
+            self.device = resolve_device(self.config.device, self._langs, cuda_available=torch.cuda.is_available)
+        except MaxcodeError:
+            self.close()
+            raise
         try:
             for z in (self.zygote, self.ref_zygote):
                 if z is not None:
@@ -558,7 +585,7 @@ class Oracle:
         c = self.config
         if c.timer != "time" or c.blocks < 2 or not v.correct or not v.speedup_ci:
             return False
-        return v.status == "faster" or bool(v.diagnostics.get("undecided"))
+        return v.status == VerdictStatus.FASTER or bool(v.diagnostics.get("undecided"))
 
     def _record(self, cand: CandidateSpec, v: Verdict) -> None:
         if self.store is None:
@@ -575,7 +602,7 @@ class Oracle:
         )
 
     def _evaluate(self, cand: CandidateSpec, built: build_mod.BuildResult | None) -> Verdict:
-        v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang,
+        v = Verdict(str(cand.path), VerdictStatus.RUNTIME_ERROR, hash=cand.hash, format=cand.format, lang=cand.lang,
                     sandbox=self.isolation.describe())
         v.diagnostics["seed"] = self.seed
         v.diagnostics["threads"] = self.threads
@@ -589,7 +616,7 @@ class Oracle:
             if built.integrity:
                 v.diagnostics["build"]["integrity"] = built.integrity
             if not built.ok:
-                v.status = "compile_error"
+                v.status = VerdictStatus.COMPILE_ERROR
                 v.reasons = built.errors or ["the build failed"]
                 return v
         if cand.lang == "cuda" and self.device != "cuda":
@@ -604,12 +631,12 @@ class Oracle:
             except build_mod.IntegrityError as e:
                 findings = [str(e)]
             if findings:  # it could switch the instruction counter off around its own work
-                v.status = "rejected"
+                v.status = VerdictStatus.REJECTED
                 v.reasons = [f"--timer instructions: {f}" for f in findings[:3]]
                 v.diagnostics["scan"] = findings
                 return v
         self._run(cand, built, v)
-        if v.status == "faster" and self.config.timer == "instructions":
+        if v.status == VerdictStatus.FASTER and self.config.timer == "instructions":
             v = self._cross_check_wall(cand, v)
         elif self._needs_blocks(v):
             v = self._blocks(cand, built, v)
@@ -634,7 +661,7 @@ class Oracle:
         v.diagnostics["wall"] = {"status": wall.status, "speedup": wall.speedup, "speedup_ci": wall.speedup_ci,
                                  "reasons": wall.reasons}
         if not wall.correct:
-            v.status = "rejected"
+            v.status = VerdictStatus.REJECTED
             v.reasons = [f"--timer instructions: the wall-clock cross-check found it {wall.status}: {'; '.join(wall.reasons)[:300]}"]
             return v
         if not wall.speedup_ci:
@@ -644,7 +671,7 @@ class Oracle:
         why = plausible.instructions_vs_wall(v.speedup or 0.0, wall.speedup_ci[0], wall.speedup_ci[1],
                                              bandwidth_fraction=max(known) if known else None)
         if why:
-            v.status = "rejected"
+            v.status = VerdictStatus.REJECTED
             v.reasons = [f"--timer instructions: {why}"]
         else:
             v.reasons.append(f"the wall clock agrees: {wall.speedup:.3g}x, 95% CI [{wall.speedup_ci[0]:.3g}, {wall.speedup_ci[1]:.3g}]")
@@ -681,6 +708,8 @@ class Oracle:
             min_rounds=c.min_rounds,
             max_rounds=c.max_rounds,
             ranges=ranges,
+            settle_s=SETTLE_S,
+            instruction_rounds=INSTRUCTION_ROUNDS,
         )
 
     def _run(self, cand: CandidateSpec, built: build_mod.BuildResult | None, v: Verdict, later_block: bool = False) -> None:
@@ -695,7 +724,7 @@ class Oracle:
         try:
             job = self._job(cand, built, ranges=not later_block)
         except build_mod.IntegrityError as e:
-            v.status, v.reasons = "rejected", [str(e)]
+            v.status, v.reasons = VerdictStatus.REJECTED, [str(e)]
             return
         out_bytes = sum(w.out_bytes for w in self.workloads)
         child = self.zygote.spawn(job, timeout=first_timeout, max_message=64 * max(out_bytes, 1) + (16 << 20))
@@ -706,18 +735,18 @@ class Oracle:
             finished = self._converse(child, cand, v, timings, range_failed, timeout, later_block)
         except ProtocolError as e:
             child.kill()
-            v.status = "rejected"
+            v.status = VerdictStatus.REJECTED
             v.reasons = [f"broke the worker protocol: {e}"]
         except JobTimeout as e:
             child.kill()
-            v.status = "timeout"
+            v.status = VerdictStatus.TIMEOUT
             limit = first_timeout if "load" in str(e) else timeout
             v.reasons = [f"did not finish within {limit:.0f} s (during {e})"]
             if "(reference)" in str(e):  # the time ran out in the reference's calls, not the candidate's
                 v.reasons.append("the limit covers every input set and the timing of both sides: a large workload "
                                  "may need a longer `timeout` setting")
         except ChildGone as e:
-            v.status = "crash"
+            v.status = VerdictStatus.CRASH
             v.reasons = [f"the worker died during {e}"]
         finally:
             child.finish()
@@ -781,7 +810,7 @@ class Oracle:
                         return False
                 timings[w.name] = (list(kw["reference"]), list(kw["candidate"]), 1)
             elif name == "error":
-                v.status = str(kw["status"])
+                v.status = VerdictStatus(kw["status"])
                 v.reasons = [str(kw["message"])]
                 if kw["detail"]:
                     v.diagnostics["traceback"] = str(kw["detail"])
@@ -797,7 +826,7 @@ class Oracle:
         mismatch = compare(w.expected[set_idx], outputs, self.config.atol, self.config.rtol)
         if mismatch is None:
             return False
-        v.status = "wrong"
+        v.status = VerdictStatus.WRONG
         v.reasons = [prefix + mismatch.line()]
         v.diagnostics["mismatch"] = dict(mismatch.details, output=mismatch.output, input_set=set_idx, **where)
         return True
@@ -805,7 +834,7 @@ class Oracle:
     def _settle(self, child: Job, v: Verdict) -> None:
         """What the finished process tells beyond its messages: how it died, what it printed, and
         what it left running; too much output or a leftover process rejects even a pass."""
-        if v.status == "crash":
+        if v.status == VerdictStatus.CRASH:
             code = child.exit_code
             if code is None:
                 v.reasons = [f"the worker died during {child.stage}"]
@@ -818,13 +847,13 @@ class Oracle:
             v.diagnostics["output"] = output[-4000:]
         if child.output.overflowed:
             v.diagnostics["output_bytes"] = child.output.total
-            if v.status not in ("wrong", "crash", "timeout", "compile_error"):
-                v.status = "rejected"
+            if v.status not in (VerdictStatus.WRONG, VerdictStatus.CRASH, VerdictStatus.TIMEOUT, VerdictStatus.COMPILE_ERROR):
+                v.status = VerdictStatus.REJECTED
                 v.reasons = [f"wrote {child.output.total} bytes to stdout/stderr (the cap is {child.output.cap})"]
-        if child.leftovers and v.status not in ("crash", "timeout"):
-            v.status = "rejected"
+        if child.leftovers and v.status not in (VerdictStatus.CRASH, VerdictStatus.TIMEOUT):
+            v.status = VerdictStatus.REJECTED
             v.reasons = [f"left {child.leftovers} process(es) running after it returned"]
-        if v.status in ("runtime_error", "crash") and self.config.max_memory and _memory_related(v.reasons):
+        if v.status in (VerdictStatus.RUNTIME_ERROR, VerdictStatus.CRASH) and self.config.max_memory and _memory_related(v.reasons):
             v.reasons.append(f"the memory limit was {self.config.max_memory / GiB:.3g} GiB (--max-memory)")
 
     def _flag_range(self, v: Verdict, failed: dict[str, str]) -> None:
@@ -864,7 +893,7 @@ class Oracle:
                 return False
             except timing.ReferenceFailed as e:
                 self._stop_reference_server()
-                v.status, v.reasons = "runtime_error", [f"the reference failed while being timed: {e}"]
+                v.status, v.reasons = VerdictStatus.RUNTIME_ERROR, [f"the reference failed while being timed: {e}"]
                 return False
             finally:
                 self.zygote.freeze(False)
@@ -925,12 +954,12 @@ class Oracle:
             v.diagnostics["machine_flops_per_s"] = self._flops
         why = self._implausible(wl_diag)
         if why:
-            v.status, v.reasons = "rejected", [why]
+            v.status, v.reasons = VerdictStatus.REJECTED, [why]
             return
         self._decide(v, sp)
         rounds = min(d["rounds"] for d in wl_diag.values())
-        if v.status == "faster" and rounds < timing.FASTER_ROUNDS:
-            v.status = "not_faster"
+        if v.status == VerdictStatus.FASTER and rounds < timing.FASTER_ROUNDS:
+            v.status = VerdictStatus.NOT_FASTER
             v.diagnostics["undecided"] = True
             v.reasons = [f"{v.reasons[0].replace(' clears ', ' would clear ')}, but over {rounds} rounds only "
                          f"(a faster verdict needs {timing.FASTER_ROUNDS}; the machine was too slow for the time budget)"]
@@ -996,15 +1025,15 @@ def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str, 
     v.diagnostics["timer"] = timer
     if width_rule and sp.faster(min_speedup) and sp.high / sp.low > UNDECIDED_WIDTH and sp.low < 1.5 * min_speedup:
         # an interval this wide says the machine was too noisy: a low end just over the bar is luck
-        v.status = "not_faster"
+        v.status = VerdictStatus.NOT_FASTER
         v.diagnostics["undecided"] = True
         v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] would clear {min_speedup}, but too noisy to "
                      f"decide (the interval spans a factor of {sp.high / sp.low:.3g}; 'faster' needs at most {UNDECIDED_WIDTH:g})"]
     elif sp.faster(min_speedup):
-        v.status = "faster"
+        v.status = VerdictStatus.FASTER
         v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] clears {min_speedup}"]
     else:
-        v.status = "not_faster"
+        v.status = VerdictStatus.NOT_FASTER
         v.reasons = [f"{sp.point:.3g}x, 95% CI [{sp.low:.3g}, {sp.high:.3g}] does not clear {min_speedup}"]
         if undecided(v.status, v.speedup_ci, min_speedup):
             v.diagnostics["undecided"] = True
@@ -1076,10 +1105,10 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     loaded = f"; {loaded_note(load, run_spread)}" if run_spread else ""
     points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
-    if last.status == "faster" and spread > DISAGREE and sp.low < 1.5 * min_speedup:
+    if last.status == VerdictStatus.FASTER and spread > DISAGREE and sp.low < 1.5 * min_speedup:
         # blocks far apart whose interval reaches down near the bar: which one is the kernel?
         # (far above it, every block clears the bar and the wide interval says the rest)
-        last.status = "not_faster"
+        last.status = VerdictStatus.NOT_FASTER
         last.diagnostics["undecided"] = True
         last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but its {len(used)} blocks disagree "
                         f"({points}: {spread:.3g}x apart): too noisy to tell{_set_aside(blocks, used)}{loaded}"]
@@ -1123,7 +1152,7 @@ def loaded_note(load: float, run_spread: float) -> str:
 
 def second_measurement(first: Verdict) -> Verdict:
     """A blank verdict for confirming ``first``: same candidate, same build facts."""
-    again = Verdict(first.candidate, "runtime_error", hash=first.hash, format=first.format, lang=first.lang,
+    again = Verdict(first.candidate, VerdictStatus.RUNTIME_ERROR, hash=first.hash, format=first.format, lang=first.lang,
                     sandbox=first.sandbox)
     again.compile_s, again.weak_check = first.compile_s, first.weak_check
     again.diagnostics = {k: v for k, v in first.diagnostics.items() if k in ("build", "seed", "threads")}
@@ -1136,19 +1165,19 @@ def confirmed(first: Verdict, again: Verdict, where: str) -> Verdict:
     if first.compile_s is not None:  # the build was the first run's; the second loaded it from the cache
         again.compile_s = first.compile_s
     again.diagnostics["screening"] = {"speedup": first.speedup, "speedup_ci": first.speedup_ci, "reasons": first.reasons}
-    if again.status == "faster" and first.speedup_ci and again.speedup_ci and (
+    if again.status == VerdictStatus.FASTER and first.speedup_ci and again.speedup_ci and (
             first.speedup_ci[0] > DISAGREE * again.speedup_ci[1] or again.speedup_ci[0] > DISAGREE * first.speedup_ci[1]):
         # two measurements whose intervals lie far apart disagree: something in one of them (a
         # process, a burst of load) was not the kernel, and neither number can be quoted (a few
         # percent apart is the usual offset between two pairs of processes, not a disagreement)
-        again.status = "not_faster"
+        again.status = VerdictStatus.NOT_FASTER
         again.diagnostics["undecided"] = True
         again.reasons = [f"{again.reasons[0].replace(' clears ', ' would clear ')}, but the first measurement "
                          f"({first.reasons[0]}) lies far from it {where}: the two disagree, too noisy to decide"]
         return again
-    if again.status == "faster":
+    if again.status == VerdictStatus.FASTER:
         again.reasons = [f"{again.reasons[0]}, confirmed by a second measurement {where} (the first measured {first.reasons[0]})"]
-    elif again.status == "not_faster":
+    elif again.status == VerdictStatus.NOT_FASTER:
         again.reasons = [f"{again.reasons[0]} when measured again {where} (the first run's {first.reasons[0]} did not repeat)"]
     else:
         again.reasons = [f"on a second run {where}: {r}" for r in again.reasons]

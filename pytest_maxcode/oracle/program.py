@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..errors import MaxcodeError
 from ..model.protocols import EvaluationStore
-from ..model.verdict import Verdict
+from ..model.verdict import Verdict, VerdictStatus
 from ..native import program as native
 from ..sandbox.isolation import resolve
 from ..targets.lock import sha256_text
@@ -201,13 +201,13 @@ class ProgramOracle:
 
     def _evaluate(self, cand: CandidateSpec, built: tuple[native.Build, float]) -> Verdict:
         build, seconds = built
-        v = Verdict(str(cand.path), "runtime_error", hash=cand.hash, format=cand.format, lang=cand.lang, sandbox=self.sandbox)
+        v = Verdict(str(cand.path), VerdictStatus.RUNTIME_ERROR, hash=cand.hash, format=cand.format, lang=cand.lang, sandbox=self.sandbox)
         v.compile_s = round(seconds, 4)
         v.diagnostics["build"] = {"cached": build.cached, "command": " ".join([native.CXX, *self.program.cxxflags])}
         weak = [r for w in self.workloads for r in w.weak]
         v.weak_check = bool(weak)
         if build.binary is None:
-            v.status, v.reasons = "compile_error", [build.error or "the build failed"]
+            v.status, v.reasons = VerdictStatus.COMPILE_ERROR, [build.error or "the build failed"]
             return v
         start = time.monotonic()
         for w in self.workloads:  # every test case once, before any timing
@@ -217,7 +217,7 @@ class ProgramOracle:
                 v.eval_s = round(time.monotonic() - start, 4)
                 return v
         self._time(build.binary, v)
-        if v.status == "faster" and self.timer == "wall":
+        if v.status == VerdictStatus.FASTER and self.timer == "wall":
             again = second_measurement(v)
             self._time(build.binary, again)
             v = confirmed(v, again, "with fresh runs of both programs")
@@ -226,17 +226,17 @@ class ProgramOracle:
             v.reasons += [f"weak check: {r}" for r in weak]
         return v
 
-    def _run_case(self, binary: Path, case: native.TestCase, cwd: Path | None = None) -> tuple[tuple[str, str] | None, float]:
+    def _run_case(self, binary: Path, case: native.TestCase, cwd: Path | None = None) -> tuple[tuple[VerdictStatus, str] | None, float]:
         """((status, reason) or None, wall seconds) for one run of one test case, its output checked."""
         cwd = cwd or self._scratch
         assert cwd is not None
         failure, seconds = native.judged_run([str(binary)], case, self.config.timeout, cwd, self._sandbox)
         return (None if failure is None else (_status(failure), failure)), seconds
 
-    def _fail(self, v: Verdict, w: TestCaseWorkload, failure: tuple[str, str], timed: bool = False) -> None:
+    def _fail(self, v: Verdict, w: TestCaseWorkload, failure: tuple[VerdictStatus, str], timed: bool = False) -> None:
         v.status = failure[0]
         v.reasons = [f"test case {w.case.input.name}{' (in a timed run)' if timed else ''}: {failure[1]}"]
-        if v.status == "wrong":
+        if v.status == VerdictStatus.WRONG:
             v.diagnostics["mismatch"] = {"test_case": w.case.input.name, "difference": failure[1], "timed": timed}
 
     def _time(self, binary: Path, v: Verdict) -> None:
@@ -282,7 +282,7 @@ class ProgramOracle:
                 except native.SuiteFailure as e:
                     if b != binary:
                         raise MaxcodeError(f"program {self.program.id}: the source failed under callgrind: {e}") from None
-                    v.status, v.reasons = "runtime_error", [f"under callgrind: {e}"]
+                    v.status, v.reasons = VerdictStatus.RUNTIME_ERROR, [f"under callgrind: {e}"]
                     return
             per.append(self._counted[str(b)])
         v.diagnostics["workloads"] = {w.name: {"reference_instructions": r, "candidate_instructions": c}
@@ -296,14 +296,14 @@ def rerun_test_cases(program: ProgramTarget, root: Path, text: str, sandbox: str
     return ProgramOracle(program, program_config(program, 1.0, sandbox), root).rerun_test_cases(text)
 
 
-def _status(failure: str) -> str:
+def _status(failure: str) -> VerdictStatus:
     """A judge's failure as a verdict status."""
     if failure.startswith("wrong output"):
-        return "wrong"
+        return VerdictStatus.WRONG
     if failure.startswith("timed out"):
-        return "timeout"
+        return VerdictStatus.TIMEOUT
     if failure.startswith("killed by"):
-        return "crash"
+        return VerdictStatus.CRASH
     if failure.startswith("output over"):
-        return "rejected"
-    return "runtime_error"
+        return VerdictStatus.REJECTED
+    return VerdictStatus.RUNTIME_ERROR

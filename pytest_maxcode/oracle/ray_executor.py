@@ -57,8 +57,8 @@ import torch
 from .._extras import missing_message, require
 from ..errors import MaxcodeError
 from ..model.protocols import EvaluationStore
-from ..model.verdict import Verdict
-from .check import VALGRIND_SLOWDOWN, CandidateSpec, CheckConfig, Oracle, Workload
+from ..model.verdict import Verdict, VerdictStatus
+from .check import VALGRIND_SLOWDOWN, CandidateSpec, CheckConfig, Oracle, Workload, resolve_device
 from .reference import ReferenceSpec
 
 RAY_MISSING = missing_message("ray", "--maxcode-executor=ray")
@@ -246,7 +246,8 @@ class RayOracle:
         self.progress = progress or (lambda _msg: None)
         self.candidates_hint = list(candidates_hint)
         self.workload_specs = list(workloads) if workloads else None
-        self.device = config.device or ("cuda" if any(c.lang == "cuda" for c in candidates_hint) else "cpu")
+        #: the device asked for (actors are placed for it); each actor settles it on its machine
+        self.device = resolve_device(config.device, (c.lang for c in candidates_hint))
         self.eval_key = config.key()
         self.workloads: list[Workload] = []
         self.address = address
@@ -428,7 +429,7 @@ class RayOracle:
             starting = {w.pending: w for w in self.workers if w.pending is not None}
             if not running and not starting:
                 for i in queue:
-                    verdicts[i] = self._failed(candidates[i], "crash", "no Ray worker is left to check it: each one started died or could not prepare the reference")
+                    verdicts[i] = self._failed(candidates[i], VerdictStatus.CRASH, "no Ray worker is left to check it: each one started died or could not prepare the reference")
                 break
             deadlines = [d for *_, d in running.values()] + [w.deadline for w in starting.values()]
             timeout = max(0.0, min(deadlines) - time.monotonic())
@@ -449,7 +450,7 @@ class RayOracle:
                 if deadline <= now:
                     del running[ref]
                     limit = deadline - start
-                    v = self._failed(candidates[i], "timeout", f"the Ray worker did not return within {limit:.0f} s (the Ray-side "
+                    v = self._failed(candidates[i], VerdictStatus.TIMEOUT, f"the Ray worker did not return within {limit:.0f} s (the Ray-side "
                                      "limit on one check); it was killed and replaced")
                     v.eval_s = round(now - start, 4)
                     verdicts[i] = v
@@ -483,9 +484,9 @@ class RayOracle:
         try:
             v: Verdict = ray.get(ref)
         except ray.exceptions.RayTaskError as e:
-            v = self._failed(cand, "crash", f"the oracle on Ray worker {w.number} failed: {_one_line(e)}")
+            v = self._failed(cand, VerdictStatus.CRASH, f"the oracle on Ray worker {w.number} failed: {_one_line(e)}")
         except ray.exceptions.RayError as e:
-            v = self._failed(cand, "crash", f"the Ray worker died while checking it ({_one_line(e)}); a fresh one took its place")
+            v = self._failed(cand, VerdictStatus.CRASH, f"the Ray worker died while checking it ({_one_line(e)}); a fresh one took its place")
         else:
             v.candidate = str(cand.path)
             v.diagnostics["ray"] = {"node": w.node}
@@ -494,7 +495,7 @@ class RayOracle:
         v.eval_s = round(time.monotonic() - start, 4)
         return v, False
 
-    def _failed(self, cand: CandidateSpec, status: str, reason: str) -> Verdict:
+    def _failed(self, cand: CandidateSpec, status: VerdictStatus, reason: str) -> Verdict:
         return Verdict(str(cand.path), status, reasons=[reason], hash=cand.hash, format=cand.format, lang=cand.lang,
                        diagnostics={"ray": {"executor_failure": True}})
 

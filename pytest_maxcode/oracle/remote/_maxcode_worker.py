@@ -167,13 +167,13 @@ def _kill_leftovers(child_pid: int) -> int:
 
 def _set_limits(job: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    cpu = job.get("cpu_seconds")
+    cpu = job["cpu_seconds"]
     if cpu:
         resource.setrlimit(resource.RLIMIT_CPU, (int(cpu), int(cpu) + 5))
-    fsize = job.get("max_file_bytes")
+    fsize = job["max_file_bytes"]
     if fsize:
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(fsize), int(fsize)))
-    mem = job.get("max_memory")
+    mem = job["max_memory"]
     if mem:
         # RLIMIT_DATA counts private writable memory (heap, anonymous mmap): the limit is
         # what the child already uses (torch, inputs) plus the budget for the candidate.
@@ -347,7 +347,7 @@ def _reference_workload(w: dict, fn, ref: Reference, job: dict) -> dict:
     for seed in w.get("seeds", []):
         torch.manual_seed(seed)
         sets.append(list(ref.inputs_fn()) if ref.inputs_fn is not None else _random_like(sets[0]))
-    run = _ReferenceRuns(fn, device, bool(job.get("inplace")))
+    run = _ReferenceRuns(fn, device, bool(job["inplace"]))
     with torch.no_grad():
         for i, s in enumerate(sets):
             run.add(s, generated=i >= n_captured and ref.inputs_fn is None, fallback=sets[0])
@@ -355,7 +355,7 @@ def _reference_workload(w: dict, fn, ref: Reference, job: dict) -> dict:
     expected = run.expected
     out_meta = [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in expected[0]]
     in_bytes = sum(v.numel() * v.element_size() for v in cpu_sets[0] if isinstance(v, torch.Tensor))
-    ranged = _reference_ranges(fn, cpu_sets[0], expected[0], out_meta, job, device) if job.get("ranges") else []
+    ranged = _reference_ranges(fn, cpu_sets[0], expected[0], out_meta, job, device) if job["ranges"] else []
     return {
         "name": w["name"], "sets": cpu_sets, "expected": expected, "out_meta": out_meta,
         "in_bytes": in_bytes, "returns": run.returns, "pack": run.pack, "flops": _count_flops(fn, run.kept[0], device),
@@ -417,16 +417,16 @@ def _reference_ranges(fn, first: list, first_expected: list, out_meta: list, job
     A set the reference raises on, or whose outputs change shape, is not used."""
     kept = []
     with torch.no_grad():
-        for label, values in ranges.range_sets(first, int(job.get("range_seed") or 0)):
+        for label, values in ranges.range_sets(first, int(job["range_seed"])):
             args = _to_device([_clone(v) for v in values], device)
             try:
                 result = fn(*args)
                 _sync(device)
-                outs = [a for a in args if isinstance(a, torch.Tensor)] if job.get("inplace") else _as_outputs(result)
+                outs = [a for a in args if isinstance(a, torch.Tensor)] if job["inplace"] else _as_outputs(result)
             except Exception:
                 continue
             outs = [o.detach().to("cpu").clone() for o in outs]
-            if not job.get("inplace") and [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in outs] != out_meta:
+            if not job["inplace"] and [(list(t.shape), str(t.dtype).replace("torch.", "")) for t in outs] != out_meta:
                 continue
             if ranges.keep_set(label, first_expected, outs):
                 kept.append((label, [v.to("cpu") if isinstance(v, torch.Tensor) else v for v in values], outs))
@@ -807,23 +807,23 @@ def _candidate_job(job: dict, ref: Reference, inputs: list, conn: Connection) ->
         raise CandidateError("rejected", "the candidate replaced " + ", ".join(patched))
     _send_child(conn, "loaded", load_s=float(cand.load_s))
     native = job["format"] == "native"
-    inplace = bool(job.get("inplace"))
+    inplace = bool(job["inplace"])
     # the candidate's own copy of the parameters: it never shares an allocation with the reference
     extras_cand = ref.make(device, job["model_seed"])[1] if native else []
     me = os.getpid()
     impl = _Impl(cand if native else cand.call, extras_cand, native, device)
     for w in inputs:
-        if not _check_sets(w, impl, inplace, job.get("settle_s", 0.005), conn):
+        if not _check_sets(w, impl, inplace, float(job["settle_s"]), conn):
             return
         left = _descendants({me})
         if left:
             raise CandidateError("rejected", f"the candidate left {len(left)} process(es) running")
-    for w in inputs if job.get("ranges", True) else []:
+    for w in inputs if job["ranges"] else []:
         _run_ranges(w, impl, inplace, conn)
 
     gc.collect()
     gc.disable()  # a collection inside a timed call is noise, not the kernel's cost
-    if job.get("timer") == "instructions":
+    if job["timer"] == "instructions":
         for w in inputs:
             _send_child(conn, "stage", what=f"count {w['name']}")
             _count_workload(job, w, _Impl(ref_fn, extras_ref, False, "cpu"), _Impl(cand, extras_cand, True, "cpu"), conn)
@@ -930,7 +930,7 @@ class _Callgrind:
 def _count_workload(job: dict, w: dict, ref: _Impl, cand: _Impl, conn: Connection) -> None:
     """Deterministic timing: callgrind instruction counts, alternating, rotating inputs."""
     cg = _Callgrind(job["callgrind_shim"], job["callgrind_dir"])
-    inplace = bool(job.get("inplace"))
+    inplace = bool(job["inplace"])
     sides = {"ref": _Side(ref, w["sets"], 1, w["out_meta"], inplace=inplace),
              "cand": _Side(cand, w["sets"], 1, w["out_meta"], inplace=inplace)}
     for side in sides.values():  # warm-up: first-call costs (lazy binding, page faults) are not the kernel's
@@ -939,7 +939,7 @@ def _count_workload(job: dict, w: dict, ref: _Impl, cand: _Impl, conn: Connectio
         side.discard()
     samples: dict[str, list[int]] = {"ref": [], "cand": []}
     rechecks = []
-    for r in range(int(job.get("instruction_rounds", 9))):
+    for r in range(int(job["instruction_rounds"])):
         for who in (("ref", "cand") if r % 2 == 0 else ("cand", "ref")):
             side = sides[who]
             used = side.refill(r + (who == "cand"), poison=r)
@@ -1243,7 +1243,7 @@ def _serve_reference(job: dict, ref: Reference, inputs: list, conn: Connection) 
     gc.collect()
     gc.disable()
     _send_child(conn, "serving")
-    _Server(conn, _python_call(fn), device, bool(job.get("inplace")), stage=stage).serve()
+    _Server(conn, _python_call(fn), device, bool(job["inplace"]), stage=stage).serve()
     _send_child(conn, "done")
 
 
@@ -1275,6 +1275,28 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+#: the keys the trusted side sends in every job of each kind (``Oracle._limits`` and ``Oracle._job``
+#: in ``oracle/check.py``): the worker fills in no defaults, so one missing is the parent's bug
+_LIMIT_KEYS = ("kind", "device", "model_seed", "max_memory", "cpu_seconds", "max_file_bytes", "inplace")
+_JOB_KEYS = {
+    "reference": (*_LIMIT_KEYS, "workloads", "ranges", "range_seed", "inputs_out", "expected_out"),
+    "serve_reference": _LIMIT_KEYS,
+    "candidate": (*_LIMIT_KEYS, "timer", "format", "path", "build_dir", "ranges", "settle_s", "instruction_rounds"),
+}
+
+
+def _protocol_error(job: dict) -> str | None:
+    """What is wrong with a job the trusted side sent, in one line; None when it is whole."""
+    kind = job.get("kind")
+    if kind not in _JOB_KEYS:
+        return f"protocol error: the trusted side sent a job of unknown kind {kind!r} (a maxcode bug; please report it)"
+    missing = [k for k in _JOB_KEYS[kind] if k not in job]
+    if missing:
+        return (f"protocol error: the trusted side sent a {kind} job without {', '.join(missing)} "
+                "(a maxcode bug; please report it)")
+    return None
+
+
 def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | None, inputs, zygote: int) -> None:
     """A forked job's whole life, ended by ``_exit``. Seven parameters because each is one thing
     the zygote hands the child across the fork (its channel, its output pipe, its folder, what
@@ -1290,6 +1312,10 @@ def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | 
         signal.signal(sig, signal.SIG_DFL)
     conn = Connection(chan_fd)
     try:
+        why = _protocol_error(job)
+        if why:
+            _report(conn, "runtime_error", why)
+            return
         _set_limits(job)
         if job["device"] == "cuda":
             torch.cuda.init()
