@@ -141,9 +141,7 @@ def test_a_connection_to_a_listener_on_loopback_never_arrives(iso: Isolation, tm
 
 @needs_namespaces
 def test_files_outside_the_job_directory_cannot_be_written(iso: Isolation, tmp_path: Path) -> None:
-    if iso.kind != "bwrap":
-        pytest.skip("only bubblewrap gives a read-only view (unshare says so in Isolation.missing)")
-    victim = tmp_path / "project.py"  # under /tmp, which the sandbox sees as its own empty tmpfs
+    victim = tmp_path / "project.py"  # under /tmp: bwrap's is an empty tmpfs of its own, unshare's read-only
     victim.write_text("original")
     planted = Path.cwd() / f"maxcode-planted-{uuid.uuid4().hex}.so"  # outside /tmp: read-only inside
     r = run_in(iso, tmp_path / "job", f"""
@@ -264,8 +262,9 @@ def test_a_fallback_warning_says_what_is_and_is_not_enforced() -> None:
 
     line = sandbox_warning(_isolation("unshare", "bwrap is not installed (apt-get install bubblewrap)"))
     assert line is not None and "\n" not in line
-    assert line.startswith("sandbox unshare (not enforced: the filesystem is writable")
-    assert "enforced: user, PID, network, IPC and UTS namespaces, no network, one kill ends every process" in line
+    assert line.startswith("sandbox unshare (not enforced: compilers see the whole filesystem")
+    assert ("enforced: user, PID, network, IPC, UTS and mount namespaces, a read-only filesystem with a private job "
+            "directory, no network, one kill ends every process") in line
     assert line.endswith("(fell back: bwrap is not installed (apt-get install bubblewrap))")
     none = sandbox_warning(_isolation("none", "bwrap is not installed; unshare: no user namespaces"))
     assert none is not None and none.startswith("candidates run WITHOUT a sandbox (bwrap is not installed; unshare")

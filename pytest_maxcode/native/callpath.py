@@ -14,8 +14,9 @@ nothing half-written. Its library's sha256 is recorded beside it; the library is
 only from a sealed memory copy of bytes that hashed to that record, and the oracle hands
 the same sealed copy to its workers (a file descriptor, not a path), so no one can swap
 what they load after the check. Under bubblewrap the cache is outside what a sandbox can
-write; under ``unshare`` or ``none`` the whole filesystem is writable (the verdict says so),
-and a replaced library with a rewritten record would be loaded by a later process.
+write, and under ``unshare`` it is read-only to them too; under ``none`` the whole filesystem
+is writable (the verdict says so), and a replaced library with a rewritten record would be
+loaded by a later process.
 
 Where the helper cannot be built (no compiler, no Python headers), the ctypes path serves
 every call, with one warning per process.

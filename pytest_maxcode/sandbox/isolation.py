@@ -45,12 +45,13 @@ CREDENTIALS = (".ssh", ".aws", ".azure", ".config/gh", ".config/gcloud", ".docke
 WHAT = {
     "bwrap": ("user, PID, network, IPC and UTS namespaces", "a read-only filesystem with a private job directory",
               "no network", "one kill ends every process"),
-    "unshare": ("user, PID, network, IPC and UTS namespaces", "no network", "one kill ends every process"),
+    "unshare": ("user, PID, network, IPC, UTS and mount namespaces", "a read-only filesystem with a private job directory",
+                "no network", "one kill ends every process"),
     "none": (),
 }
 NOT_ENFORCED = {
     "bwrap": (),
-    "unshare": ("the filesystem is writable (install bubblewrap for a read-only view)",),
+    "unshare": ("compilers see the whole filesystem (install bubblewrap: an #include could quote any file of this user)",),
     "none": ("no namespaces: the candidate sees the network, every process and every file of this user",),
 }
 #: what a compiler sees of the system under ``view="toolchain"``, besides the interpreter, this
@@ -58,6 +59,31 @@ NOT_ENFORCED = {
 #: an ``#include`` could put into an error message, a prompt and a pull request
 TOOLCHAIN_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/ld.so.conf",
                   "/etc/ld.so.conf.d", "/etc/alternatives")
+#: under ``unshare``, run inside the new mount namespace before the command, with the writable
+#: folders, ``--``, the credential paths to cover, ``--`` and the command as arguments: the
+#: writable folders become mounts of their own, ``/dev/shm`` a private tmpfs, the credentials
+#: are covered, and every other mount is remounted read-only (``/tmp`` stays read-only rather
+#: than private: the job's folder is its TMPDIR, and a private ``/tmp`` would hide the folders
+#: under it that the command must read, which ``unshare`` cannot bind back as bwrap does)
+_READ_ONLY_VIEW = r"""
+keep=" "
+while [ "$1" != -- ]; do mount --bind "$1" "$1" || exit 125; keep="$keep$1 "; shift; done
+shift
+cd "$PWD" || exit 125
+mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm || exit 125
+while [ "$1" != -- ]; do
+  if [ -d "$1" ]; then mount -t tmpfs -o size=1m tmpfs "$1"; elif [ -e "$1" ]; then mount --bind /dev/null "$1"; fi
+  shift
+done
+shift
+while read -r _ _ _ _ mp _; do
+  mp=$(printf '%b' "$mp")
+  case "$keep" in *" $mp "*) continue;; esac
+  case "$mp" in /proc|/proc/*|/dev/shm|/dev/pts) continue;; esac
+  mount -o remount,bind,ro "$mp" 2>/dev/null
+done < /proc/self/mountinfo
+exec "$@"
+"""
 #: the shell that joins the cgroups and sets the rlimits, then execs the sandbox (no pre-exec
 #: hook in Python: that forces a full fork of a process that may hold gigabytes)
 _STARTER = 'while [ "$1" != -- ]; do eval "$1" || exit 125; shift; done; shift; exec "$@"'
@@ -148,8 +174,10 @@ def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], re
     if kind == "none":
         return []
     if kind == "unshare":
-        return ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount-proc",
-                "--net", "--ipc", "--uts", f"--wd={job_dir}", "--"]
+        writable = [str(p) for p in (job_dir, *extra_writable) if str(p) != "/"]
+        return ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc",
+                "--net", "--ipc", "--uts", f"--wd={job_dir}", "--", "/bin/sh", "-c", _READ_ONLY_VIEW, "maxcode-view",
+                *writable, "--", *map(str, _credentials()), "--"]
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
     if view == "toolchain":
         argv += _system_view(TOOLCHAIN_VIEW)
@@ -158,12 +186,10 @@ def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], re
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
     for path in (_beside_the_system(readable) if view == "toolchain" else _hidden_by_tmpfs(readable)):
         argv += ["--ro-bind", str(path), str(path)]
-    home = Path.home()
-    for rel in CREDENTIALS:  # after the binds above: one of them may hold the home folder
-        path = home / rel
+    for path in _credentials():  # after the binds above: one of them may hold the home folder
         if path.is_dir():
             argv += ["--tmpfs", str(path)]
-        elif path.exists():
+        else:
             argv += ["--ro-bind", "/dev/null", str(path)]
     for dev in devices:
         argv += ["--dev-bind", str(dev), str(dev)]
@@ -185,6 +211,12 @@ def _runtime_paths() -> list[Path]:
     paths += [Path(p) for p in sys.path if p]
     paths += [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     return paths
+
+
+def _credentials() -> list[Path]:
+    """The user's credential files and folders that exist (:data:`CREDENTIALS`), to be covered."""
+    home = Path.home()
+    return [home / rel for rel in CREDENTIALS if (home / rel).exists()]
 
 
 def _system_view(paths: Sequence[str]) -> list[str]:
