@@ -205,6 +205,9 @@ def test_a_kernel_at_the_roof_is_told_so_with_what_is_left() -> None:
     assert "69% of the measured memory bandwidth" in c.diagnosis and "near the roof" in c.diagnosis
     assert "at most 1.4x is left" in c.diagnosis
     assert "write-allocate" in c.next_steps[0] and "streaming" in c.next_steps[0] and "stop" in c.next_steps[0]
+    assert c.next_steps[0].startswith("600 us a call on w0 against the reference's 1.2 ms, 2x, 69% of the bandwidth (up to 1.4x left), "
+                                      "the time of 1.45 passes over the data against the reference's 2.9: near the memory roof, "
+                                      "in fewer passes than the reference: the rest is traffic")
     flop = critique_of(measured_verdict(6e-4, bw=0.1, flops=0.8))
     assert flop.kind == "correct:compute-roof" and "80% of the measured FLOP roof: near the roof" in flop.diagnosis
 
@@ -213,6 +216,9 @@ def test_the_call_path_overhead_is_weighed_against_the_kernels_time() -> None:
     c = critique_of(measured_verdict(16.8e-6, bw=0.05, overhead_us=9.0))
     assert c.kind == "correct:overhead-bound"
     assert "16.8 us, of which the call path itself takes 9 us (54%)" in c.diagnosis and "about 7.8 us" in c.diagnosis
+    assert "9 us of it the call path: the call path is 54% of a call" in c.next_steps[0]
+    teamed = critique_of(measured_verdict(16.8e-6, bw=0.05, overhead_us=9.0, threads=8), code=THREADED_CODE)
+    assert "on 8 threads" in teamed.next_steps[0] and "no thread team for about 7.8 us of work" in teamed.next_steps[0]
     big = critique_of(measured_verdict(2e-3, bw=0.3, overhead_us=9.0))
     assert big.kind == "correct:below-roof"  # 9 us of 2 ms: the call path does not matter there
 
@@ -242,15 +248,47 @@ FACT_SETS = [
     {"time_s": 30e-6, "bw": 0.05, "overhead_us": 20.0},
     {"time_s": 2e-3, "bw": 0.2, "threads": 8},
     {"time_s": 2e-3, "bw": 0.2, "threads": 4},
+    # pairs that differ only in a fact the chosen rule does not weigh (threads, call path, the reference)
+    {"time_s": 6e-4, "bw": 0.69, "threads": 8, "reference_s": 1.2e-3, "code": "threaded"},
+    {"time_s": 6e-4, "bw": 0.69, "threads": 4, "reference_s": 1.2e-3, "code": "threaded"},
+    {"time_s": 6e-4, "bw": 0.69, "overhead_us": 1.0, "reference_s": 1.2e-3},
+    {"time_s": 6e-4, "bw": 0.69, "overhead_us": 2.0, "reference_s": 1.2e-3},
+    {"time_s": 2e-3, "bw": 0.45, "threads": 8, "code": "threaded"},
+    {"time_s": 2e-3, "bw": 0.45, "threads": 4, "code": "threaded"},
+    {"time_s": 2e-3, "bw": 0.45, "overhead_us": 3.0, "code": "threaded"},
+    {"time_s": 2e-3, "bw": 0.45, "overhead_us": 9.0, "code": "threaded"},
+    {"time_s": 1e-3, "bw": 0.1, "flops": 0.9, "reference_s": 2e-3},
+    {"time_s": 1e-3, "bw": 0.1, "flops": 0.9, "reference_s": 3e-3},
 ]
 
 
+def critique_of_facts(facts: dict) -> object:
+    """The critique of a FACT_SETS entry: its measured facts, and threaded code where it says so."""
+    kw = {k: x for k, x in facts.items() if k != "code"}
+    return critique_of(measured_verdict(**kw), THREADED_CODE if facts.get("code") == "threaded" else "")
+
+
 def test_different_measured_facts_never_get_the_same_critique() -> None:
-    texts = [critique_of(measured_verdict(**facts)).text() for facts in FACT_SETS]
+    critiques = [critique_of_facts(facts) for facts in FACT_SETS]
+    texts = [c.text() for c in critiques]
+    steps = ["; ".join(c.next_steps) for c in critiques]
     assert len(set(texts)) == len(texts), [t for t in texts if texts.count(t) > 1]
-    for facts, text in zip(FACT_SETS, texts):
+    assert len(set(steps)) == len(steps), [s for s in steps if steps.count(s) > 1]
+    for facts, c, text, step in zip(FACT_SETS, critiques, texts, steps):
         shares = [f"{100 * facts[k]:.0f}%" for k in ("bw", "flops") if k in facts]
         assert any(share in text for share in shares) or "call path" in text, text  # each states its own numbers
+        # the next step opens with every fact it was derived from, whichever rule chose it
+        assert step.startswith(f"{facts['time_s'] * 1e3:.3g} ms a call on w0" if facts["time_s"] >= 1e-3
+                               else f"{facts['time_s'] * 1e6:.3g} us a call on w0"), step
+        assert all(share in step for share in shares), step
+        assert "passes over the data" in step, step
+        if "reference_s" in facts:
+            assert f"against the reference's {facts['reference_s'] * 1e3:.3g} ms" in step and "passes over the data against the reference's" in step, step
+        if "overhead_us" in facts:
+            assert f"{facts['overhead_us']:.3g} us of it the call path" in step, step
+        if "threads" in facts:
+            said = f"on {facts['threads']} threads" if facts.get("code") == "threaded" else f"on 1 of {facts['threads']} threads"
+            assert said in step, step
 
 
 # -- the fallbacks: no per-workload time, no byte count ------------------------------------

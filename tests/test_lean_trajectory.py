@@ -193,3 +193,21 @@ def test_a_repeat_runs_again_only_when_its_verdict_was_too_noisy_to_decide() -> 
     state.remeasured(noisy, verdicts[1])
     assert nodes[:3] == [decided, noisy, noisy] and noisy.samples == 3 and state.best is noisy
     assert "evaluating 2 candidate(s), 1 earlier one(s) timed again (too noisy to decide), 3 repeat(s)" in progress[0]
+
+
+def test_identical_replies_without_code_are_one_node_with_a_count_and_one_line() -> None:
+    state = long_state(3)
+    fails = [Proposal(None, "test", error=e, parent=state.trajectory[i % 2])
+             for i, e in enumerate(["the reply has no fenced code block", "the reply  has no fenced code block\n",
+                                    "the reply has no fenced code block", "the code does not define maxcode_run"])]
+    nodes = [state.add(p, Verdict("", "format", reasons=[p.error or ""]), 5) for p in fails]
+    # the same error text (whitespace aside) is one node, counted; another error is another node
+    assert nodes[0] is nodes[1] is nodes[2] and nodes[3] is not nodes[0]
+    assert nodes[0].samples == 3 and nodes[0].repeats == fails[1:3] and nodes[3].samples == 1
+    assert len(state.trajectory) == 5 and state.find(Proposal(None, "test", error="the reply has no fenced code block")) is nodes[0]
+    assert state.best is state.trajectory[2]  # a format failure never displaces the best
+    message = build_request(ctx(10**6), state, None, "initial", ("trajectory",), 0).messages[0].content
+    assert listed(message) == [0, 1, 2, 3, 4]
+    lines = [line for line in message.split("## Trajectory", 1)[1].split("\n## ", 1)[0].splitlines() if line.startswith("#3 ")]
+    assert lines == ["#3 from #0: format (sampled 3 times) - the reply has no fenced code block"]
+    assert "5 attempt(s) so far, oldest first (7 samples" in message

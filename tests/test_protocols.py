@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Generic, Protocol
 
 import pytest
 from conftest import DATA
 
-from pytest_maxcode.model.protocols import EvaluationStore, OracleLike
-from pytest_maxcode.oracle.check import CheckConfig, Oracle
+from pytest_maxcode.model.protocols import Candidate, EvaluationStore, OracleLike, OracleSettings, SearchStore
+from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
 from pytest_maxcode.store import Store
 
@@ -50,6 +53,158 @@ def test_something_missing_a_member_is_not_an_oracle() -> None:
 
     with pytest.raises(AssertionError):
         assert isinstance(Half(), OracleLike)
+
+
+# ----------------------------------------------------------------------------- members and signatures
+
+_P = inspect.Parameter
+_POSITIONAL = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
+#: what ``typing`` puts on every protocol class, which no implementation is asked for
+_TYPING_OWN = {"__init__", "__subclasshook__", "__init_subclass__", "__class_getitem__"}
+
+
+def _members(protocol: type) -> dict[str, object]:
+    """A protocol's own members, its bases' included: methods and properties by their object,
+    plain attributes (``eval_key: str``) as None."""
+    found: dict[str, object] = {}
+    for klass in reversed(protocol.__mro__):
+        if klass in (object, Protocol, Generic) or not getattr(klass, "_is_protocol", False):
+            continue
+        found.update(dict.fromkeys(klass.__dict__.get("__annotations__", {})))
+        found.update({k: v for k, v in klass.__dict__.items()
+                      if k not in _TYPING_OWN and (inspect.isfunction(v) or isinstance(v, property))})
+    return found
+
+
+def _loose(annotation: object) -> bool:
+    """An annotation the class may spell its own way: ``Any`` or one of the protocol's type variables."""
+    return annotation is _P.empty or annotation == "Any" or "CandidateT" in str(annotation)
+
+
+def _same_type(want: object, have: object) -> bool:
+    return _loose(want) or str(want).replace(" ", "") == str(have).replace(" ", "")
+
+
+def _signature_drift(name: str, proto: Callable[..., object], impl: Callable[..., object]) -> list[str]:
+    """How ``impl`` fails to take every call ``proto`` allows: each parameter the protocol names is
+    taken the same way (position, name, keyword, default, annotation) and any the class adds has a
+    default. Annotations are compared as written, except where the protocol leaves them open."""
+    want_sig, have_sig = inspect.signature(proto), inspect.signature(impl)
+    want, have = list(want_sig.parameters.values())[1:], list(have_sig.parameters.values())[1:]
+    positional = [h for h in have if h.kind in _POSITIONAL]
+    kinds = {h.kind for h in have}
+    by_name = {h.name: h for h in have}
+    problems: list[str] = []
+    used: set[str] = set()
+    for i, w in enumerate(p for p in want if p.kind in _POSITIONAL):
+        h = positional[i] if i < len(positional) else None
+        if h is None:
+            ok = _P.VAR_POSITIONAL in kinds and (w.kind is _P.POSITIONAL_ONLY or _P.VAR_KEYWORD in kinds)
+        else:
+            used.add(h.name)
+            ok = (w.kind is _P.POSITIONAL_ONLY or (h.kind is _P.POSITIONAL_OR_KEYWORD and h.name == w.name)) \
+                and (w.default is _P.empty or h.default is not _P.empty) and _same_type(w.annotation, h.annotation)
+        if not ok:
+            problems.append(f"{name}: parameter {w} at position {i + 1}")
+    for w in want:
+        if w.kind is _P.KEYWORD_ONLY:
+            h = by_name.get(w.name)
+            if h is None:
+                ok = _P.VAR_KEYWORD in kinds
+            else:
+                used.add(h.name)
+                ok = h.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY) \
+                    and (w.default is _P.empty or h.default is not _P.empty) and _same_type(w.annotation, h.annotation)
+            if not ok:
+                problems.append(f"{name}: keyword parameter {w}")
+        elif w.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) and w.kind not in kinds:
+            problems.append(f"{name}: {w}")
+    problems += [f"{name}: the class requires {h}, which the protocol does not name" for h in have
+                 if h.name not in used and h.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) and h.default is _P.empty]
+    if not _same_type(want_sig.return_annotation, have_sig.return_annotation):
+        problems.append(f"{name}: returns {have_sig.return_annotation}, the protocol {want_sig.return_annotation}")
+    return [f"{p} (protocol {want_sig}, class {have_sig})" for p in problems]
+
+
+def _drift(obj: object, protocol: type) -> list[str]:
+    """Every way ``obj`` falls short of ``protocol``: a member missing, a method where data is
+    named (or the reverse), a method whose signature the protocol's calls would not fit."""
+    problems: list[str] = []
+    for name, member in _members(protocol).items():
+        if not hasattr(obj, name):
+            problems.append(f"{name}: missing")
+        elif inspect.isfunction(member):
+            impl = inspect.getattr_static(type(obj), name, None)
+            if not inspect.isfunction(impl):
+                problems.append(f"{name}: not a method of {type(obj).__name__}")
+            else:
+                problems += _signature_drift(name, member, impl)
+        elif inspect.ismethod(getattr(obj, name)):
+            problems.append(f"{name}: a method, where the protocol names a value")
+    return [f"{type(obj).__name__} against {protocol.__name__}: {p}" for p in problems]
+
+
+def _oracles(tmp_path: Path) -> list[object]:
+    from pytest_maxcode.oracle.program import ProgramOracle
+    from pytest_maxcode.oracle.ray_executor import RayOracle
+    from pytest_maxcode.targets.program import ProgramTarget
+
+    ref = parse_reference(str(DATA / "chain" / "ref.py"))
+    (tmp_path / "prog.cpp").write_text("int main() { return 0; }\n")
+    (tmp_path / "cases").mkdir()
+    program = ProgramTarget("prog", Path("prog.cpp"), Path("cases"))
+    return [Oracle(ref, CheckConfig(), tmp_path), RayOracle(ref, CheckConfig(), tmp_path),
+            ProgramOracle(program, CheckConfig(sandbox="none"), tmp_path)]
+
+
+def test_every_oracle_has_each_member_the_protocol_names_with_a_signature_its_calls_fit(tmp_path: Path) -> None:
+    problems = []
+    for oracle in _oracles(tmp_path):
+        problems += _drift(oracle, OracleLike)
+        problems += _drift(oracle.config, OracleSettings)  # type: ignore[attr-defined]
+    assert problems == []
+
+
+def test_the_sqlite_store_has_each_member_the_search_and_the_oracles_call(tmp_path: Path) -> None:
+    with Store(tmp_path / "m.db") as store:
+        assert isinstance(store, SearchStore)
+        assert _drift(store, EvaluationStore) + _drift(store, SearchStore) == []
+
+
+def test_the_oracles_candidates_are_candidates(tmp_path: Path) -> None:
+    assert _drift(CandidateSpec(tmp_path / "k.cpp", "native", "cpp", "int f();"), Candidate) == []
+
+
+def test_the_protocols_name_what_the_search_and_the_oracles_call() -> None:
+    """The members these tests compare: a protocol that loses one (the loop's ``prepare``, the
+    oracles' ``upsert_target``) no longer covers its callers."""
+    assert {"prepare", "workloads", "check", "close", "config", "eval_key", "device"} <= set(_members(OracleLike))
+    assert {"upsert_target", "add_candidate", "record_evaluation", "find_evaluation"} <= set(_members(EvaluationStore))
+    assert {"add_node", "llm_totals"} <= set(_members(SearchStore)) - set(_members(EvaluationStore))
+
+
+def test_a_class_that_drifts_from_a_protocol_is_named_with_how() -> None:
+    class Drifted:
+        def upsert_target(self, target: str, kind: str, source_path: str, source_hash: str) -> None: ...
+
+        def record_evaluation(self, run_id: int | None, target_id: str, config_key: str, device: str,
+                              verdict: dict[str, Any]) -> int: ...
+
+        def find_evaluation(self, target_id: str, candidate_hash: str, config_key: str, extra: int) -> None: ...
+
+        def add_candidate(self, cand_hash: str, fmt: str, lang: str, source: str, origin: str) -> None: ...
+
+        def candidate(self, cand_hash: str) -> dict[str, Any] | None: ...
+
+        nodes = None
+
+    problems = "\n".join(_drift(Drifted(), EvaluationStore))
+    assert "upsert_target: parameter target_id" in problems  # renamed: a keyword call would fail
+    assert "find_evaluation: the class requires extra" in problems
+    assert "find_evaluation: returns None" in problems
+    assert "nodes: not a method" in problems
+    assert "add_candidate" not in problems and "candidate:" not in problems
+    assert "record_evaluation" not in problems  # keyword-only in the protocol: a class may take them by position too
 
 
 # ----------------------------------------------------------------------------- the worker's events

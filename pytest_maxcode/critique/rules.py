@@ -8,7 +8,9 @@ call path's own cost, the FLOP roof, the memory roof, arithmetic, thread use, pa
 data. Where the oracle recorded no per-workload time or no byte count, the step follows from
 what it did record (the speedup and its interval, the times, the call path, threads, instruction
 counts); a failure's step names its compiler line, its reason or its mismatch. Each next step
-states the facts that chose it, so two nodes with different facts never read the same step.
+opens with the facts it was chosen from (for a measured workload: its time and the reference's,
+the shares of the roofs, the passes over the data, the call path, the threads; one helper,
+``_measured_said``, for every rule), so two nodes with different facts never read the same step.
 """
 
 from __future__ import annotations
@@ -268,14 +270,15 @@ def _correct(v: Verdict, code: str = "") -> Critique:
                       "bytes_per_call": m.bytes_per_call, "copy_s": m.copy_s(), "passes": m.passes(m.time_s),
                       "reference_passes": m.passes(m.reference_s)})
         facts = {k: x for k, x in facts.items() if x is not None}
+        where = _measured_said(m, v)
         for rule in (_overhead, _flop_roof, _memory_roof, _compute_below_roof, _one_thread):
-            ruled = rule(m, lead)
+            ruled = rule(m, lead, where)
             if ruled is not None:
                 ruled.facts = {**facts, **ruled.facts}
                 found = ruled
                 break
         else:
-            found = _below_roof(m, lead, facts, v)
+            found = _below_roof(m, lead, facts, v, where)
     if v.range_limited:
         found.facts["range_limited"] = v.range_limited
         found.next_steps.insert(0, f"first make it correct beyond the captured range ({v.range_limited}): "
@@ -364,86 +367,12 @@ def _unmeasured(v: Verdict, lead: str, code: str) -> Critique:
     return Critique(kind, f"{lead} {recorded}, and no byte count, so no roof applies.", [step], facts)
 
 
-def _overhead(m: Measured, lead: str) -> Critique | None:
-    t = m.time_s or 0.0
-    if m.overhead_s is not None and m.overhead_s >= OVERHEAD_SHARE * t:
-        kernel = max(t - m.overhead_s, 0.0)
-        return Critique("correct:overhead-bound",
-                        f"{lead} On {m.workload} a call takes {_us(t)}, of which the call path itself takes {_us(m.overhead_s)} "
-                        f"({_pct(m.overhead_s / t)}); the kernel's own share is about {_us(kernel)}.",
-                        [("no kernel change can win back the call path's cost at this size: keep the kernel free of per-call "
-                         "set-up (no allocation, no thread team for so little work), or stop here")])
-    if m.overhead_s is None and t < LAUNCH_BOUND_S:
-        return Critique("correct:overhead-bound", f"{lead} On {m.workload} a call takes {_us(t)}: fixed costs per call dominate at this size.",
-                        ["avoid per-call set-up (thread pools for tiny inputs, allocations); run small sizes on one thread"])
-    return None
-
-
-def _flop_roof(m: Measured, lead: str) -> Critique | None:
-    if m.flops is None or m.flops < NEAR_ROOF:
-        return None
-    return Critique("correct:compute-roof",
-                    f"{lead} On {m.workload} it computes at {_pct(m.flops)} of the measured FLOP roof: near the roof, "
-                    f"at most {1 / m.flops:.2g}x is left by computing faster.",
-                    ["only doing fewer FLOPs helps now (fold constants, reuse a product, skip work the output does not need); otherwise stop"])
-
-
-def _memory_roof(m: Measured, lead: str) -> Critique | None:
-    if m.bw is None or m.bw < NEAR_ROOF:
-        return None
-    copy = m.copy_s()
-    moved = f" (copying its {m.bytes_per_call} bytes once takes {_us(copy)}, it takes {_us(m.time_s or 0.0)})" if copy else ""
-    return Critique("correct:memory-bound",
-                    f"{lead} On {m.workload} it moves data at {_pct(m.bw)} of the measured memory bandwidth{moved}: near the roof, "
-                    f"at most {1 / m.bw:.2g}x is left.",
-                    [("the rest is traffic the caches add, chiefly the outputs' write-allocate reads: write outputs with streaming "
-                     "(non-temporal) stores, or fuse away an output or a temporary; otherwise stop")])
-
-
-def _compute_below_roof(m: Measured, lead: str) -> Critique | None:
-    if m.flops is None or m.bw is None or m.flops <= m.bw:
-        return None
-    return Critique("correct:compute-bound",
-                    f"{lead} On {m.workload} it computes at {_pct(m.flops)} of the measured FLOP roof and moves data at "
-                    f"{_pct(m.bw)} of the bandwidth: arithmetic limits it.",
-                    ["block the loops for cache and registers so each loaded value feeds many multiply-adds, "
-                     "vectorize the innermost dimension with FMA" + ("" if m.threaded else ", and split the outer loop across threads")])
-
-
-def _one_thread(m: Measured, lead: str) -> Critique | None:
-    if m.threaded or not m.threads or m.threads < 2:
-        return None
-    return Critique("correct:one-thread",
-                    f"{lead} On {m.workload} it runs on one thread of the {m.threads} it may use"
-                    + (f", at {_pct(m.bw)} of the measured memory bandwidth" if m.bw is not None else "") + ".",
-                    [(f"split the outer loop across the {m.threads} threads (#pragma omp parallel for), "
-                     "keeping each thread's chunk contiguous")])
-
-
-def _below_roof(m: Measured, lead: str, facts: dict[str, Any], v: Verdict) -> Critique:
-    """Below both roofs: the time in passes over the data says whether the work is spread over
-    several passes (or a scalar loop) or is one pass that the inner loop's code slows. Without a
-    byte count (or a copy bandwidth) there are no passes: the step follows from the times, the
-    share of the bandwidth if known, the interval and the threads."""
-    share = f"{_pct(m.bw)} of the measured memory bandwidth" if m.bw is not None else "an unmeasured share of the bandwidth"
-    mine, ref = m.passes(m.time_s), m.passes(m.reference_s)
-    if mine is None:
-        return _no_bytes(m, lead, facts, v)
-    theirs = f" (the reference: {ref:.3g})" if ref is not None else ""
-    diagnosis = (f"{lead} On {m.workload} a call takes {_us(m.time_s or 0.0)}, moving data at {share}: the time of {mine:.3g} "
-                 f"passes over its {m.bytes_per_call} bytes at the copy bandwidth{theirs}, where one pass takes {_us(m.copy_s() or 0.0)}.")
-    if mine >= MANY_PASSES:
-        step = ("read each input once and write each output once (fuse the steps, no temporaries between them), and make "
-                "that one pass vector code: contiguous inner loop, no division, branch or call per element")
-    else:
-        step = ("it is close to one pass: vectorize the inner loop over the contiguous dimension (aligned loads, no division "
-                "or branch per element) and give each thread a contiguous chunk")
-    return Critique("correct:below-roof", diagnosis, [step], facts)
-
-
-def _no_bytes(m: Measured, lead: str, facts: dict[str, Any], v: Verdict) -> Critique:
-    """No byte count (or no copy bandwidth): the step follows from the times, the interval, the
-    share of a roof where one is known, the call path and the threads, and names them."""
+def _measured_said(m: Measured, v: Verdict) -> str:
+    """The measured facts every measured rule's next step opens with: the workload's time and
+    the reference's, the speedup and its interval, the shares of the roofs, the passes over the
+    data (the candidate's and the reference's), the call path's cost and the threads. One helper
+    for every rule, so that a fact the chosen rule does not weigh still reaches the text, and two
+    nodes with different facts never read the same step."""
     t = m.time_s or 0.0
     said = [f"{_us(t)} a call on {m.workload}" + (f" against the reference's {_us(m.reference_s)}" if m.reference_s else "")]
     if v.speedup is not None:
@@ -452,12 +381,110 @@ def _no_bytes(m: Measured, lead: str, facts: dict[str, Any], v: Verdict) -> Crit
         said.append(f"{_pct(m.bw)} of the bandwidth (up to {1 / m.bw:.2g}x left)" if m.bw > 0 else "none of the bandwidth")
     if m.flops is not None:
         said.append(f"{_pct(m.flops)} of the FLOP roof")
+    mine, ref = m.passes(m.time_s), m.passes(m.reference_s)
+    if mine is not None:
+        said.append(f"the time of {mine:.3g} passes over the data" + (f" against the reference's {ref:.3g}" if ref is not None else ""))
     if m.overhead_s is not None:
         said.append(f"{_us(m.overhead_s)} of it the call path")
     on = _threads_said(m.threads, m.threaded)
     if on:
         said.append(on)
-    where = ", ".join(said)
+    return ", ".join(said)
+
+
+def _overhead(m: Measured, lead: str, where: str) -> Critique | None:
+    t = m.time_s or 0.0
+    threads = m.threaded  # a thread team costs more than the work at this size
+    if m.overhead_s is not None and m.overhead_s >= OVERHEAD_SHARE * t:
+        kernel = max(t - m.overhead_s, 0.0)
+        setup = ("no allocation, and no thread team for about " + _us(kernel) + " of work: run it on one thread"
+                 if threads else "no allocation, no descriptor work beyond reading the pointers")
+        return Critique("correct:overhead-bound",
+                        f"{lead} On {m.workload} a call takes {_us(t)}, of which the call path itself takes {_us(m.overhead_s)} "
+                        f"({_pct(m.overhead_s / t)}); the kernel's own share is about {_us(kernel)}.",
+                        [f"{where}: the call path is {_pct(m.overhead_s / t)} of a call, and no kernel change wins that back "
+                         f"at this size: keep the kernel free of per-call set-up ({setup}), or stop here"])
+    if m.overhead_s is None and t < LAUNCH_BOUND_S:
+        setup = ("start no thread team for so little work: run this size on one thread, and allocate nothing per call"
+                 if threads else "allocate nothing per call and keep set-up (tables, descriptors) out of the call")
+        return Critique("correct:overhead-bound", f"{lead} On {m.workload} a call takes {_us(t)}: fixed costs per call dominate at this size.",
+                        [f"{where}: under {_us(LAUNCH_BOUND_S)} a call, fixed costs dominate: {setup}"])
+    return None
+
+
+def _flop_roof(m: Measured, lead: str, where: str) -> Critique | None:
+    if m.flops is None or m.flops < NEAR_ROOF:
+        return None
+    return Critique("correct:compute-roof",
+                    f"{lead} On {m.workload} it computes at {_pct(m.flops)} of the measured FLOP roof: near the roof, "
+                    f"at most {1 / m.flops:.2g}x is left by computing faster.",
+                    [f"{where}: near the FLOP roof, only doing fewer FLOPs helps now (fold constants, reuse a product, skip "
+                     "work the output does not need); otherwise stop"])
+
+
+def _memory_roof(m: Measured, lead: str, where: str) -> Critique | None:
+    if m.bw is None or m.bw < NEAR_ROOF:
+        return None
+    copy = m.copy_s()
+    moved = f" (copying its {m.bytes_per_call} bytes once takes {_us(copy)}, it takes {_us(m.time_s or 0.0)})" if copy else ""
+    mine, ref = m.passes(m.time_s), m.passes(m.reference_s)
+    won = ", in fewer passes than the reference" if mine is not None and ref is not None and ref > mine else ""
+    return Critique("correct:memory-bound",
+                    f"{lead} On {m.workload} it moves data at {_pct(m.bw)} of the measured memory bandwidth{moved}: near the roof, "
+                    f"at most {1 / m.bw:.2g}x is left.",
+                    [f"{where}: near the memory roof{won}: the rest is traffic the caches add, chiefly the outputs' write-allocate "
+                     "reads: write outputs with streaming (non-temporal) stores, or fuse away an output or a temporary; otherwise stop"])
+
+
+def _compute_below_roof(m: Measured, lead: str, where: str) -> Critique | None:
+    if m.flops is None or m.bw is None or m.flops <= m.bw:
+        return None
+    spread = "" if m.threaded or (m.threads or 0) < 2 else f", and split the outer loop across the {m.threads} threads"
+    return Critique("correct:compute-bound",
+                    f"{lead} On {m.workload} it computes at {_pct(m.flops)} of the measured FLOP roof and moves data at "
+                    f"{_pct(m.bw)} of the bandwidth: arithmetic limits it.",
+                    [f"{where}: arithmetic limits it, up to {1 / m.flops:.2g}x below the FLOP roof: block the loops for cache and "
+                     f"registers so each loaded value feeds many multiply-adds, vectorize the innermost dimension with FMA{spread}"])
+
+
+def _one_thread(m: Measured, lead: str, where: str) -> Critique | None:
+    if m.threaded or not m.threads or m.threads < 2:
+        return None
+    return Critique("correct:one-thread",
+                    f"{lead} On {m.workload} it runs on one thread of the {m.threads} it may use"
+                    + (f", at {_pct(m.bw)} of the measured memory bandwidth" if m.bw is not None else "") + ".",
+                    [f"{where}: split the outer loop across the {m.threads} threads (#pragma omp parallel for), "
+                     "keeping each thread's chunk contiguous"])
+
+
+def _below_roof(m: Measured, lead: str, facts: dict[str, Any], v: Verdict, where: str) -> Critique:
+    """Below both roofs: the time in passes over the data says whether the work is spread over
+    several passes (or a scalar loop) or is one pass that the inner loop's code slows. Without a
+    byte count (or a copy bandwidth) there are no passes: the step follows from the times, the
+    share of the bandwidth if known, the interval and the threads."""
+    share = f"{_pct(m.bw)} of the measured memory bandwidth" if m.bw is not None else "an unmeasured share of the bandwidth"
+    mine, ref = m.passes(m.time_s), m.passes(m.reference_s)
+    if mine is None:
+        return _no_bytes(m, lead, facts, v, where)
+    theirs = f" (the reference: {ref:.3g})" if ref is not None else ""
+    diagnosis = (f"{lead} On {m.workload} a call takes {_us(m.time_s or 0.0)}, moving data at {share}: the time of {mine:.3g} "
+                 f"passes over its {m.bytes_per_call} bytes at the copy bandwidth{theirs}, where one pass takes {_us(m.copy_s() or 0.0)}.")
+    chunks = "" if m.threaded else " and give each thread a contiguous chunk"
+    if mine >= MANY_PASSES:
+        fewer = (f"the reference needs the time of only {ref:.3g}: find the extra pass or scalar loop it avoids, then "
+                 if ref is not None and ref < mine else "")
+        step = (f"{where}: {fewer}read each input once and write each output once (fuse the steps, no temporaries between "
+                "them), and make that one pass vector code: contiguous inner loop, no division, branch or call per element")
+    else:
+        step = (f"{where}: it is close to one pass: vectorize the inner loop over the contiguous dimension (aligned loads, no "
+                f"division or branch per element){chunks}")
+    return Critique("correct:below-roof", diagnosis, [step], facts)
+
+
+def _no_bytes(m: Measured, lead: str, facts: dict[str, Any], v: Verdict, where: str) -> Critique:
+    """No byte count (or no copy bandwidth): the step follows from the times, the interval, the
+    share of a roof where one is known, the call path and the threads (``where`` names them)."""
+    t = m.time_s or 0.0
     if v.diagnostics.get("undecided"):
         step = f"{where}: too noisy to rank; aim for a change that wins by more than the interval's spread, not a small tweak"
     elif m.reference_s and t > m.reference_s:

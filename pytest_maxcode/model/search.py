@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: this module imports nothing from the package at run time
-    from ..oracle.check import CandidateSpec
+    from .candidate import CandidateSpec
     from .verdict import Verdict
 
 #: the tunable values a proposal was made with (a seed's #defines, a sample number)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import NO_CUDA_DEVICE, MaxcodeError
+from ..model.candidate import CandidateSpec
 from ..model.protocols import EvaluationStore
 from ..model.report import PACKS
 from ..model.verdict import UNDECIDED_WIDTH, Verdict, VerdictStatus, undecided
@@ -50,7 +51,6 @@ from .reference import ReferenceSpec
 from .remote import _maxcode_ranges as ranges
 from .remote import _maxcode_shm as shm
 
-NATIVE_EXTS = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 GiB = 1 << 30
 CALLGRIND_SHIM = build_mod.CALLGRIND_SHIM
 #: bumped when the decision rule changes, so verdicts stored under the old rule are not reused;
@@ -139,30 +139,6 @@ class CheckConfig:
         if self.sandbox != "auto":  # a verdict taken with a weaker sandbox is not reused by a stronger one
             parts["sandbox"] = self.sandbox
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@dataclass
-class CandidateSpec:
-    path: Path
-    format: str  # "native" | "compat"
-    lang: str  # "cpp" | "cuda" | "py"
-    text: str
-
-    @classmethod
-    def from_path(cls, path: str | Path) -> CandidateSpec:
-        p = Path(path)
-        if not p.is_file():
-            raise MaxcodeError(f"candidate {p}: no such file")
-        suffix = p.suffix.lower()
-        if suffix in NATIVE_EXTS:
-            return cls(p, "native", NATIVE_EXTS[suffix], p.read_text(errors="replace"))
-        if suffix == ".py":
-            return cls(p, "compat", "py", p.read_text(errors="replace"))
-        raise MaxcodeError(f"candidate {p}: expected a .cpp, .cu (native) or .py (compat ModelNew) file")
-
-    @property
-    def hash(self) -> str:
-        return hashlib.sha256(f"{self.format}\0{self.lang}\0{self.text}".encode()).hexdigest()
 
 
 @dataclass

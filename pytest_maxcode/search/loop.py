@@ -28,6 +28,7 @@ import torch
 from .._files import write_atomic
 from ..critique import Critique, LLMCritic, RuleCritic
 from ..errors import MaxcodeError
+from ..model.protocols import OracleLike, SearchStore
 from ..model.search import Node, NodeRow, source_key
 from ..options import Settings
 from ..oracle import probe
@@ -83,7 +84,7 @@ class SearchContext:
     """What every target's search in one run shares: the store and run, the progress line, the
     plugins' hooks, the models (policy, critic, scorer), the run's meter and the oracle lock."""
 
-    store: Any
+    store: SearchStore | None
     run_id: int | None
     progress: Callable[[str], None]
     hook: Any = None
@@ -232,7 +233,7 @@ def search_target(
         "candidates_hint": [s for s in hint if s is not None],
         "workloads": [{"name": w["name"], "captured": w["captured"]} for w in workloads],
     }
-    oracle: Any
+    oracle: Oracle | RayOracle
     if settings.executor == "ray":  # the same checks, on a Ray cluster's pool of warm oracles
         oracle = RayOracle(reference, config, root, address=settings.ray_address, actors=settings.ray_actors,
                            targets_at_once=settings.parallel_targets, **oracle_kw)
@@ -298,7 +299,7 @@ class Setup:
     config: CheckConfig
     reference_norm: str  # the reference's code as the evaluation key sees it
     workloads: list[dict[str, Any]]
-    oracle: Any
+    oracle: OracleLike[CandidateSpec]
     prepared: Callable[[], None]  # fills in the workloads once the oracle has run the reference
     builtin: BuiltinPolicy | None
 
@@ -504,8 +505,8 @@ class Judge:
     targets searched side by side share), the store and run, and the result they add to."""
 
     target: TargetInfo
-    oracle: Any
-    store: Any
+    oracle: OracleLike[CandidateSpec]
+    store: SearchStore | None
     run_id: int | None
     lock: Any
     progress: Callable[[str], None]
@@ -562,6 +563,8 @@ def _record(judge: Judge, node: Node, p: Proposal, c: Critique | None, strategy:
     node's candidate and verdict). The node keeps the id of its first row. Seven parameters because
     the row's fields come from the node, the sample and its critique, and the rest from the loop."""
     store, run_id, target = judge.store, judge.run_id, judge.target
+    if store is None:  # the loop records only into a store; a search without one keeps no rows
+        return
     v, spec, parent = node.verdict, node.proposal.spec, p.parent
     if spec is not None and node.proposal is p:
         store.add_candidate(spec.hash, spec.format, spec.lang, spec.text, origin=p.origin)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._files import write_atomic
-from ..oracle.check import NATIVE_EXTS, CandidateSpec
+from ..model.candidate import NATIVE_EXTS, CandidateSpec
 from ..targets.lock import find_lock, read_lock
 from .program_variants import program_variants
 from .state import Proposal, SearchState

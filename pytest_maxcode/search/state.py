@@ -4,8 +4,10 @@ Every attempt is a ``Node`` with its parent, so any strategy's run is a tree; th
 trajectory is the nodes in the order they were evaluated. One source is one node: a later
 proposal of the same source (``source_key``: identical once trailing whitespace is dropped)
 is recorded on the node it repeats (``Node.repeats``), so it is neither evaluated nor listed
-again. ``Node`` and ``Proposal`` are plain records in ``model.search`` (the critics and value
-models read them too); they are importable from here as before.
+again. A reply without code has no source: it is keyed by its error text instead, so identical
+format failures are one node with a count as well. ``Node`` and ``Proposal`` are plain records
+in ``model.search`` (the critics and value models read them too); they are importable from here
+as before.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ class SearchState:
     trajectory: list[Node] = field(default_factory=list)
     best: Node | None = None
     baseline_s: float | None = None  # the reference's median time, once an evaluation measured it
-    #: the node of each source so far, by ``source_key``
+    #: the node of each source so far, by ``sample_key``
     by_source: dict[str, Node] = field(default_factory=dict, repr=False)
 
     def find(self, proposal: Proposal) -> Node | None:
-        """The node that already holds this proposal's source, if any (a reply without code has none)."""
-        return self.by_source.get(source_key(proposal.spec)) if proposal.spec is not None else None
+        """The node that already holds this proposal's source (or, for a reply without code, its
+        error), if any."""
+        return self.by_source.get(sample_key(proposal))
 
     def add(self, proposal: Proposal, verdict: Verdict, step: int) -> Node:
         """A new node for a new source; for a source already held, that node, with the proposal
@@ -46,8 +49,7 @@ class SearchState:
         parent = proposal.parent
         node = Node(len(self.trajectory), proposal, verdict, reward(verdict), parent.depth + 1 if parent else 0, step)
         self.trajectory.append(node)
-        if proposal.spec is not None:
-            self.by_source[source_key(proposal.spec)] = node
+        self.by_source[sample_key(proposal)] = node
         if self.best is None or rank(node) > rank(self.best):
             self.best = node
         self._baseline(verdict)
@@ -63,6 +65,15 @@ class SearchState:
     def _baseline(self, verdict: Verdict) -> None:
         if verdict.reference_s and self.baseline_s is None:
             self.baseline_s = verdict.reference_s
+
+
+def sample_key(proposal: Proposal) -> str:
+    """What makes two samples one node: the source (``source_key``) for code, and for a reply
+    without code its error text, whitespace collapsed (the same format failure again is a
+    repeat, not a new attempt worth a trajectory line)."""
+    if proposal.spec is not None:
+        return source_key(proposal.spec)
+    return "reply-error\0" + " ".join((proposal.error or "no usable code").split())
 
 
 def rank(node: Node) -> tuple[int, float]:

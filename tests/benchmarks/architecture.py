@@ -100,11 +100,13 @@ def _function_lines(tree: ast.AST) -> set[int]:
 
 
 def _has_start_up_comment(source_lines: list[str], line: int) -> bool:
-    """A comment on the import's line, or on the line above the block of imports it is in."""
+    """A comment on the import's line, or on the line above the block of imports it is in; blank
+    lines within or above the block (``import torch``, a blank line, then the package's own) are
+    part of it."""
     if START_UP.search(source_lines[line - 1].partition("#")[2]):
         return True
     above = line - 2
-    while above >= 0 and source_lines[above].strip().startswith(("import ", "from ")):
+    while above >= 0 and (not source_lines[above].strip() or source_lines[above].strip().startswith(("import ", "from "))):
         if START_UP.search(source_lines[above].partition("#")[2]):
             return True
         above -= 1

@@ -36,15 +36,11 @@ class MaxcodeStrategy(StepStrategy):
 
     def __init__(self, rerank: Rerank | PlannedRerank | None = None) -> None:
         self.rerank = rerank
-        #: the proposals the reranker filtered out, for a reader of the search (their LLM calls
-        #: were charged to the budget when asked, so nothing needs to count them)
-        self.discarded: list[Proposal] = []
 
     def initialize(self, state: SearchState, proposer: Proposer, params: StrategyParams) -> None:
         super().initialize(state, proposer, params)
         self.rejected_all = False
         self.no_room = False
-        self.discarded = []
 
     def _asks(self, n: int) -> list[Ask]:
         best = self.state.best
@@ -68,10 +64,7 @@ class MaxcodeStrategy(StepStrategy):
             out = list(self.rerank(list(asked)))
             if not out:
                 self.rejected_all = True
-        out = out[:n]
-        sent = {id(p) for p in out}
-        self.discarded.extend(p for p in asked if id(p) not in sent)
-        return out
+        return out[:n]
 
     def _stop_reason(self) -> str | None:
         if self.no_room:
