@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maxcode.model.verdict import Verdict
 from pytest_maxcode.oracle import probe
+from pytest_maxcode.oracle.check import counts_against_wall
 from pytest_maxcode.oracle.plausible import (
     INSTRUCTIONS_MARGIN,
     MEMORY_BOUND_FRACTION,
@@ -141,3 +143,31 @@ def test_no_instruction_claim_is_never_rejected() -> None:
 def test_bad_speedups_are_one_line_errors(args: tuple[float, float, float]) -> None:
     with pytest.raises(ValueError, match="instructions_vs_wall: needs"):
         instructions_vs_wall(*args)
+
+
+def _counted(speedup: float) -> Verdict:
+    v = Verdict("k.cpp", "faster", speedup=speedup, speedup_ci=[speedup * 0.99, speedup * 1.01])
+    v.reasons = [f"{speedup:.3g}x fewer instructions clears the bar"]
+    return v
+
+
+def _walled(speedup: float, low: float, high: float, status: str = "not_faster") -> Verdict:
+    return Verdict("k.cpp", status, speedup=speedup, speedup_ci=[low, high])
+
+
+@pytest.mark.parametrize("counted, wall, expected", [
+    # the trusted clock is sure the bar is not cleared: counts from the candidate's process do not overrule it
+    (3.0, (1.0, 0.97, 1.03), "not_faster"),
+    (3.0, (0.6, 0.55, 0.66), "not_faster"),
+    # a wide interval on a loaded machine is no such certainty: the counts keep their determinism
+    (3.0, (1.0, 0.7, 1.4), "faster"),
+    (3.0, (2.5, 2.2, 2.9, "faster"), "faster"),
+    # further apart than instructions per cycle can explain, whatever the memory traffic
+    (100.0, (1.0, 0.97, 1.03), "rejected"),
+])
+def test_the_trusted_wall_clock_has_the_last_word_over_instruction_counts(counted: float, wall: tuple, expected: str) -> None:
+    v = counts_against_wall(_counted(counted), _walled(*wall), 1.05)
+    assert v.status == expected, v.reasons
+    assert v.diagnostics["wall"]["speedup_ci"] == [wall[1], wall[2]]
+    if expected == "not_faster":
+        assert "below the bar of 1.05x" in v.reasons[0] and f"{wall[0]:.3g}x" in v.reasons[0], v.reasons

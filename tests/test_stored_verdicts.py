@@ -101,3 +101,18 @@ def test_a_forged_faster_row_with_the_largest_rowid_is_not_what_a_resumed_run_re
     db.close()
     v, result = _evaluate_once(o, store, project, remeasure=False)
     assert result.resumed == 1 and v.status == "not_faster" and v.reasons == ["stored"]
+
+
+def test_a_verdict_from_a_weaker_sandbox_than_auto_gives_now_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 13: a run where auto fell back (no bubblewrap on that runner) recorded its verdicts
+    # in a store its candidates could reach; a later run with bubblewrap must not reuse them
+    from pytest_maxcode.sandbox import isolation
+
+    strongest = isolation.STRONGEST_FIRST[0]
+    monkeypatch.setattr(isolation, "resolve", lambda requested="auto": isolation._isolation(strongest, ""))
+    with_bwrap = CheckConfig().key()
+    assert with_bwrap == CheckConfig(sandbox=strongest).key()  # auto that found bwrap is bwrap
+    assert with_bwrap != CheckConfig(sandbox="unshare").key() != CheckConfig(sandbox="none").key()
+    for weaker in ("unshare", "none"):
+        monkeypatch.setattr(isolation, "resolve", lambda requested="auto", kind=weaker: isolation._isolation(kind, "fell back"))
+        assert CheckConfig().key() == CheckConfig(sandbox=weaker).key() != with_bwrap
