@@ -196,6 +196,27 @@ def test_a_huge_file_in_the_job_directory_is_stopped(iso: Isolation, tmp_path: P
     assert (tmp_path / "job" / "big").stat().st_size <= 4 << 20
 
 
+
+@needs_namespaces
+def test_many_files_in_the_private_tmp_and_shm_stop_at_their_size(iso: Isolation, tmp_path: Path) -> None:
+    # 64 files of 32 MiB, each under the per-file limit: only the size of the tmpfs stops them
+    # (under unshare /tmp is the read-only one of the host, and writing there fails at once)
+    folders = ["/dev/shm"] + (["/tmp"] if iso.kind == "bwrap" else [])
+    for folder in folders:
+        r = run_in(iso, tmp_path / "job", f"""
+            import sys
+            for k in range(64):
+                with open("{folder}/fill.%d" % k, "wb") as f:
+                    for _ in range(32):
+                        f.write(b"x" * (1 << 20))
+                print(k + 1, flush=True)
+            print("wrote 2 GiB")
+        """, limits=Limits(file_size=64 << 20, scratch_bytes=64 << 20))
+        assert "wrote" not in r.stdout and r.returncode != 0, folder
+        assert max(map(int, r.stdout.split() or ["0"])) <= 2, (folder, r.stdout)
+        assert r.stderr.strip().splitlines()[-1] == "OSError: [Errno 28] No space left on device", r.stderr[-500:]
+
+
 @needs_namespaces
 def test_a_fork_bomb_meets_the_process_limit(iso: Isolation, tmp_path: Path) -> None:
     if "processes not at all" in " ".join(iso.missing):

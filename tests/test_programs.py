@@ -24,10 +24,12 @@ from test_plugin_llm import LIB, TESTS
 from test_search_llm import GOOD
 
 from pytest_maxcode.critique import RuleCritic
+from pytest_maxcode.native import program as native_program
 from pytest_maxcode.errors import MaxcodeError
 from pytest_maxcode.oracle.check import CandidateSpec
 from pytest_maxcode.oracle.program import ProgramOracle, program_config
 from pytest_maxcode.report import validate
+from pytest_maxcode.sandbox import isolation
 from pytest_maxcode.search.program_variants import fast_io, program_variants
 from pytest_maxcode.search.state import Node, Proposal
 from pytest_maxcode.targets.program import ProgramTarget, parse_programs
@@ -145,6 +147,47 @@ def test_runaway_programs_are_stopped_by_the_time_and_memory_limits(tmp_path: Pa
     with oracle_for(root) as oracle:
         (free,) = oracle.check([candidate(root, "hog", HOG)])
     assert free.correct
+
+
+FORK_BOMB = r"""
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <unistd.h>
+int main() {
+  int got = 0;
+  for (; got < 10000; ++got) {
+    pid_t p = fork();
+    if (p < 0) { std::printf("%d %s\n", got, std::strerror(errno)); std::fflush(stdout); return 3; }
+    if (p == 0) { sleep(60); _exit(0); }
+  }
+  std::printf("%d\n", got);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(isolation.resolve("auto").kind == "none" or "pids" not in dict(isolation._cgroup_roots()),
+                    reason="needs a namespace sandbox and a writable pids cgroup")
+def test_a_fork_bomb_stops_at_the_process_limit_and_its_verdict_says_so(tmp_path: Path) -> None:
+    build = native_program.compile_program(FORK_BOMB, ["-O1"], tmp_path)
+    assert build.binary is not None, build.error
+    (tmp_path / "in.txt").write_text("")
+    box = native_program.program_sandbox(isolation.resolve("auto"), 30, None)
+    t0 = time.monotonic()
+    failure, out, _ = native_program.run_program([str(build.binary)], tmp_path / "in.txt", 30.0, tmp_path, box)
+    got, why = int(out.split()[0]), out.split(maxsplit=1)[1].strip()
+    # a few processes of the sandbox itself (its init, the shell that starts it) count too
+    assert native_program.PROGRAM_PIDS - 8 <= got < native_program.PROGRAM_PIDS, out
+    assert why == "Resource temporarily unavailable"
+    assert failure == f"exit status 3 (it hit the sandbox's limit of {native_program.PROGRAM_PIDS} processes and threads)"
+    assert time.monotonic() - t0 < 20
+    # the bomb's processes are gone with the run, and the next run gets the whole limit again
+    assert box.process_limit is not None
+    assert (box.process_limit.for_this_thread().folders["pids"] / "cgroup.procs").read_text().split() == []
+    failure2, out2, _ = native_program.run_program([str(build.binary)], tmp_path / "in.txt", 30.0, tmp_path, box)
+    assert native_program.PROGRAM_PIDS - 8 <= int(out2.split()[0]) < native_program.PROGRAM_PIDS and failure2 == failure
+    assert subprocess.run(["/bin/true"]).returncode == 0
 
 
 def test_a_source_that_fails_its_own_test_cases_stops_with_one_line(tmp_path: Path) -> None:

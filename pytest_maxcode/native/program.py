@@ -19,14 +19,16 @@ import selectors
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MaxcodeError
 from ..sandbox.env import scrubbed_env
-from ..sandbox.isolation import Isolation, Limits, prepare
+from ..sandbox.isolation import Cgroups, Isolation, Limits, prepare
 
 __all__ = [
     "Build",
@@ -200,6 +202,48 @@ def compile_program(code: str, flags: Sequence[str], cache: Path, isolation: Iso
     return Build(binary, None, False)
 
 
+#: the processes and threads a program run may have at once (a fork bomb stops here)
+PROGRAM_PIDS = 256
+
+
+class ProcessLimit:
+    """The pids cgroups that cap a sandbox's program runs at ``pids`` processes and threads: one per
+    thread that runs programs, made at its first run and joined by each later one (making one per
+    run would cost tens of milliseconds), so runs in parallel threads do not share a limit and one
+    fork bomb cannot starve the others."""
+
+    def __init__(self, pids: int) -> None:
+        self.pids = pids
+        self._lock = threading.Lock()
+        self._made: dict[int, Cgroups] = {}
+
+    def for_this_thread(self) -> Cgroups:
+        with self._lock:
+            key = threading.get_ident()
+            if key not in self._made:
+                self._made[key] = Cgroups.make(Limits(memory=None, pids=self.pids))
+            return self._made[key]
+
+    def settle(self, cgroups: Cgroups, timeout: float = 2.0) -> None:
+        """Wait until the killed run's processes are gone, so the next run gets the limit again (a
+        task's count can outlive it by a second; that one is left)."""
+        folder = cgroups.folders.get("pids")
+        end = time.monotonic() + timeout
+        while folder is not None and time.monotonic() < end:
+            try:
+                if not (folder / "cgroup.procs").read_text().strip():
+                    return
+            except OSError:
+                return
+            time.sleep(0.001)
+
+    def cleanup(self) -> None:
+        with self._lock:
+            made, self._made = list(self._made.values()), {}
+        for cgroups in made:
+            cgroups.cleanup()
+
+
 class SuiteFailure(Exception):
     """A program failed a test case; the message is the reason shown in the table."""
 
@@ -212,7 +256,8 @@ class Sandbox:
 
     With ``isolation`` each run starts in that OS sandbox instead, with ``os_limits`` (its
     working folder the only writable one, ``readable`` the folders under /tmp it reads); that
-    costs milliseconds per run, the same for the source and the candidate.
+    costs milliseconds per run, the same for the source and the candidate. ``process_limit``: the
+    pids cgroups each run joins, so a fork bomb stops at :data:`PROGRAM_PIDS`.
     """
 
     env: dict[str, str] | None = None
@@ -220,6 +265,7 @@ class Sandbox:
     isolation: Isolation | None = None
     os_limits: Limits = Limits()
     readable: tuple[Path, ...] = ()
+    process_limit: ProcessLimit | None = field(default=None, compare=False)
 
 
 def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, readable: Sequence[Path] = ()) -> Sandbox:
@@ -229,8 +275,11 @@ def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, 
     size, no core dumps."""
     env = dict(scrubbed_env(), LC_ALL="C")
     if isolation.kind != "none":
-        return Sandbox(env=env, isolation=isolation, readable=tuple(readable),
-                       os_limits=Limits(memory=memory, pids=None, file_size=64 << 20, cpu_seconds=cpu_seconds))
+        process_limit = ProcessLimit(PROGRAM_PIDS)
+        box = Sandbox(env=env, isolation=isolation, readable=tuple(readable), process_limit=process_limit,
+                      os_limits=Limits(memory=memory, pids=PROGRAM_PIDS, file_size=64 << 20, cpu_seconds=cpu_seconds))
+        weakref.finalize(box, process_limit.cleanup)
+        return box
 
     def limits(pid: int) -> None:
         resource.prlimit(pid, resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
@@ -250,9 +299,12 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     """
     box = sandbox or Sandbox()
     boxed = None
+    cgroups = box.process_limit.for_this_thread() if box.process_limit and box.isolation else None
     if box.isolation is not None:
         boxed = prepare(list(cmd), box.isolation, cwd, box.os_limits,
-                        readable=[*box.readable, Path(cmd[-1]).parent, Path(stdin).parent], use_cgroups=False)
+                        readable=[*box.readable, Path(cmd[-1]).parent, Path(stdin).parent], use_cgroups=False,
+                        cgroups=cgroups)
+    refused = cgroups.pids_refused() if cgroups else 0
     with open(stdin, "rb") as f:
         start = time.perf_counter()
         proc = subprocess.Popen(boxed.argv if boxed else list(cmd), stdin=f, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -269,6 +321,8 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
         _kill_group(proc)
         if boxed is not None:
             boxed.cleanup()
+        if cgroups is not None and box.process_limit is not None:
+            box.process_limit.settle(cgroups)
     if failure is None and proc.returncode:
         code = proc.returncode
         if boxed is not None and 128 < code < 128 + 65:  # the sandbox's init passes a signal on as 128 + its number
@@ -276,6 +330,8 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
         failure = exit_reason(code)
     if failure == "timeout":
         failure = f"timed out (> {timeout:g}s)"
+    if failure is not None and cgroups and cgroups.pids_refused() > refused:
+        failure += f" (it hit the sandbox's limit of {box.os_limits.pids} processes and threads)"
     return failure, out.decode("utf-8", errors="replace"), seconds
 
 

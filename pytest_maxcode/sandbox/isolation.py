@@ -8,8 +8,9 @@ processes, and one kill that ends everything the sandbox made.
 Kinds, strongest first:
 
 - ``bwrap``: bubblewrap (Debian/Ubuntu package ``bubblewrap``). All namespaces, the
-  read-only view, a private ``/tmp`` and ``/dev/shm``, the user's credential files masked,
-  ``--die-with-parent`` so that killing the sandbox's root process ends its PID namespace.
+  read-only view, a private ``/tmp`` and ``/dev/shm`` (tmpfs of :attr:`Limits.scratch_bytes` each),
+  the user's credential files masked, ``--die-with-parent`` so that killing the sandbox's root
+  process ends its PID namespace.
 - ``unshare``: util-linux ``unshare`` where bubblewrap is missing. User, PID, network, IPC
   and UTS namespaces and a private ``/proc``; the filesystem stays writable (said so).
 - ``none``: only when asked for; every verdict and report says so.
@@ -66,11 +67,12 @@ TOOLCHAIN_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
 #: than private: the job's folder is its TMPDIR, and a private ``/tmp`` would hide the folders
 #: under it that the command must read, which ``unshare`` cannot bind back as bwrap does)
 _READ_ONLY_VIEW = r"""
+shm=$1; shift
 keep=" "
 while [ "$1" != -- ]; do mount --bind "$1" "$1" || exit 125; keep="$keep$1 "; shift; done
 shift
 cd "$PWD" || exit 125
-mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm || exit 125
+mount -t tmpfs -o "$shm" tmpfs /dev/shm || exit 125
 while [ "$1" != -- ]; do
   if [ -d "$1" ]; then mount -t tmpfs -o size=1m tmpfs "$1"; elif [ -e "$1" ]; then mount --bind /dev/null "$1"; fi
   shift
@@ -96,6 +98,9 @@ class Limits:
     memory: int | None = 4 << 30
     pids: int | None = 256
     file_size: int | None = 1 << 30
+    #: the size of each private tmpfs (``/tmp`` and ``/dev/shm``): RAM a candidate could
+    #: otherwise fill with files; None leaves the kernel's default (half the RAM)
+    scratch_bytes: int | None = 1 << 30
     cpu_seconds: int | None = None
     #: a freezer cgroup, so the trusted side can stop everything inside while it times the reference
     freezable: bool = False
@@ -169,21 +174,23 @@ def _isolation(kind: str, reason: str) -> Isolation:
 
 
 def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], readable: Sequence[Path] = (),
-                    devices: Sequence[Path] = (), mounts: Sequence[tuple[Path, Path]] = (), view: str = "all") -> list[str]:
-    """Seven parameters because they are :func:`prepare`'s mounts, passed on."""
+                    devices: Sequence[Path] = (), mounts: Sequence[tuple[Path, Path]] = (), view: str = "all",
+                    scratch: int | None = Limits.scratch_bytes) -> list[str]:
+    """Eight parameters because they are :func:`prepare`'s mounts, passed on; ``scratch`` sizes each private tmpfs."""
     if kind == "none":
         return []
     if kind == "unshare":
         writable = [str(p) for p in (job_dir, *extra_writable) if str(p) != "/"]
         return ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc",
                 "--net", "--ipc", "--uts", f"--wd={job_dir}", "--", "/bin/sh", "-c", _READ_ONLY_VIEW, "maxcode-view",
-                *writable, "--", *map(str, _credentials()), "--"]
+                f"size={scratch},mode=1777" if scratch else "mode=1777", *writable, "--", *map(str, _credentials()), "--"]
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
     if view == "toolchain":
         argv += _system_view(TOOLCHAIN_VIEW)
     else:
         argv += ["--ro-bind", "/", "/"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    size = ["--size", str(scratch)] if scratch else []
+    argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm"]
     for path in (_beside_the_system(readable) if view == "toolchain" else _hidden_by_tmpfs(readable)):
         argv += ["--ro-bind", str(path), str(path)]
     for path in _credentials():  # after the binds above: one of them may hold the home folder
@@ -387,6 +394,17 @@ class Cgroups:
                     except OSError:
                         pass
 
+    def pids_refused(self) -> int:
+        """How many forks (or threads) the pids controller has refused so far: the limit was hit."""
+        folder = self.folders.get("pids")
+        if folder is None:
+            return 0
+        try:
+            text = (folder / "pids.events").read_text()
+        except OSError:
+            return 0
+        return sum(int(line.split()[1]) for line in text.splitlines() if line.split()[:1] == ["max"])
+
     def memory_exceeded(self) -> bool:
         folder = self.folders.get("memory")
         if folder is None:
@@ -486,7 +504,8 @@ class Sandboxed:
 
 def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Limits = Limits(),
             extra_writable: Sequence[Path] = (), readable: Sequence[Path] = (), devices: Sequence[Path] = (),
-            mounts: Sequence[tuple[Path, Path]] = (), use_cgroups: bool = True, view: str = "all") -> Sandboxed:
+            mounts: Sequence[tuple[Path, Path]] = (), use_cgroups: bool = True, view: str = "all",
+            cgroups: Cgroups | None = None) -> Sandboxed:
     """The command line that runs ``argv`` inside the sandbox, with its limits.
 
     ``readable``: folders the command must read that the sandbox's private ``/tmp`` would
@@ -496,7 +515,9 @@ def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Li
     ``use_cgroups=False``: rlimits only; joining a cgroup costs tens of milliseconds, too much
     for a process started once per timed run. ``view="toolchain"`` (compilers): under ``bwrap``
     only the system's toolchain folders (:data:`TOOLCHAIN_VIEW`), the interpreter, this package,
-    PATH and ``readable`` are seen, not the whole filesystem.
+    PATH and ``readable`` are seen, not the whole filesystem. ``cgroups``: ones made once by the
+    caller (:meth:`Cgroups.make`) for many such commands, joined instead of new ones (a write of
+    the pid, well under a millisecond), and left for the caller to clean up.
 
     Start it in a new session (``start_new_session=True``) and kill its process group (or,
     under a namespace, its root process: the PID namespace goes with it); then call
@@ -505,11 +526,13 @@ def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Li
     Parameters because they are this one command's mounts and limits, each optional and keyword-
     only.
     """
-    cgroups = Cgroups.make(limits) if isolation.kind != "none" and use_cgroups else Cgroups()
-    setup = cgroups.join_commands() + rlimit_commands(limits, "memory" in cgroups.folders)
-    own = _toolchain_paths() if view == "toolchain" else _runtime_paths()
-    readable = [*readable, *own, *([Path(argv[0]).parent] if argv and os.path.isabs(argv[0]) else [])]
-    inner = _namespace_argv(isolation.kind, job_dir, extra_writable, readable, devices, mounts, view) + list(argv)
+    own = Cgroups.make(limits) if isolation.kind != "none" and use_cgroups and cgroups is None else Cgroups()
+    joined = own if cgroups is None or isolation.kind == "none" else cgroups
+    setup = joined.join_commands() + rlimit_commands(limits, "memory" in joined.folders)
+    seen = _toolchain_paths() if view == "toolchain" else _runtime_paths()
+    readable = [*readable, *seen, *([Path(argv[0]).parent] if argv and os.path.isabs(argv[0]) else [])]
+    inner = _namespace_argv(isolation.kind, job_dir, extra_writable, readable, devices, mounts, view,
+                            limits.scratch_bytes) + list(argv)
     if isolation.kind == "none":
         setup.append(f"cd '{job_dir}'")
-    return Sandboxed(["/bin/sh", "-c", _STARTER, "maxcode-sandbox", *setup, "--", *inner], isolation, cgroups)
+    return Sandboxed(["/bin/sh", "-c", _STARTER, "maxcode-sandbox", *setup, "--", *inner], isolation, own)
