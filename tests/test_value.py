@@ -158,7 +158,6 @@ def test_reranking_sends_only_the_top_m_by_predicted_reward_to_go(tmp_path: Path
     sent = strategy.propose(10)
     assert proposer.asked == 6 and len(sent) == 2  # k asked, only the top m sent
     assert [p.spec.path.stem for p in sent] == ["threads-vectorized", "threads"]
-    assert len(strategy.discarded) == 4
 
 
 def test_rerank_without_a_trained_model_is_one_usage_line(tmp_path: Path) -> None:
