@@ -357,6 +357,8 @@ def test_a_compiler_sees_the_toolchain_and_not_the_project_or_other_files(tmp_pa
         (folder / ".env").write_text(f"int {secret} = not_a_value;\n")
         if where == "home":
             monkeypatch.setenv("HOME", str(folder))
+        if where == "elsewhere":  # "." on PATH must not show the folder maxcode runs in
+            monkeypatch.setenv("PATH", os.pathsep.join([".", os.environ.get("PATH", "")]))
         src = tmp_path / "steal.cpp"
         src.write_text(f'#include "{folder}/.env"\n')
         honest = tmp_path / "honest.cpp"

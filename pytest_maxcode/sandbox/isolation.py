@@ -251,7 +251,8 @@ def _toolchain_paths() -> list[Path]:
     in a source checkout is a project) and the folders on PATH (the compilers, ninja). Unlike
     :func:`_runtime_paths`, not the import path: it names the project."""
     paths = [Path(sys.prefix), Path(sys.exec_prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[1]]
-    return paths + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    # a relative entry ("." on PATH) would name the folder maxcode runs in: the project
+    return paths + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]
 
 
 def _hidden_by_tmpfs(paths: Sequence[Path]) -> list[Path]:
