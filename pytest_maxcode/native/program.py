@@ -299,7 +299,8 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     """
     box = sandbox or Sandbox()
     boxed = None
-    cgroups = box.process_limit.for_this_thread() if box.process_limit and box.isolation else None
+    limit = box.process_limit if box.isolation is not None else None
+    cgroups = limit.for_this_thread() if limit is not None else None
     if box.isolation is not None:
         boxed = prepare(list(cmd), box.isolation, cwd, box.os_limits,
                         readable=[*box.readable, Path(cmd[-1]).parent, Path(stdin).parent], use_cgroups=False,
@@ -321,8 +322,8 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
         _kill_group(proc)
         if boxed is not None:
             boxed.cleanup()
-        if cgroups is not None and box.process_limit is not None:
-            box.process_limit.settle(cgroups)
+        if limit is not None and cgroups is not None:
+            limit.settle(cgroups)
     if failure is None and proc.returncode:
         code = proc.returncode
         if boxed is not None and 128 < code < 128 + 65:  # the sandbox's init passes a signal on as 128 + its number

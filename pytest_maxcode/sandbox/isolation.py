@@ -11,8 +11,10 @@ Kinds, strongest first:
   read-only view, a private ``/tmp`` and ``/dev/shm`` (tmpfs of :attr:`Limits.scratch_bytes` each),
   the user's credential files masked, ``--die-with-parent`` so that killing the sandbox's root
   process ends its PID namespace.
-- ``unshare``: util-linux ``unshare`` where bubblewrap is missing. User, PID, network, IPC
-  and UTS namespaces and a private ``/proc``; the filesystem stays writable (said so).
+- ``unshare``: util-linux ``unshare`` where bubblewrap is missing. User, PID, network, IPC,
+  UTS and mount namespaces and a private ``/proc``; every mount remounted read-only but the
+  job folder, a private ``/dev/shm``, the credential files covered (:data:`_READ_ONLY_VIEW`).
+  Its compilers see the whole filesystem (said so).
 - ``none``: only when asked for; every verdict and report says so.
 
 Limits go through the cgroup controllers this process may write (memory, which counts
@@ -210,11 +212,16 @@ def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], re
     return argv + ["--"]
 
 
+def _interpreter_paths() -> list[Path]:
+    """The Python running us: its prefixes (a virtualenv's and the base installation's)."""
+    return [Path(sys.prefix), Path(sys.exec_prefix), Path(sys.base_prefix)]
+
+
 def _runtime_paths() -> list[Path]:
     """What any sandboxed command of ours needs to read even where it lives under ``/tmp``: the
     Python running us (a virtualenv in ``/tmp`` is common in CI), this package (its headers and
     the worker), the import path, and the executables on PATH (ninja, the compilers)."""
-    paths = [Path(sys.prefix), Path(sys.exec_prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[2]]
+    paths = [*_interpreter_paths(), Path(__file__).resolve().parents[2]]
     paths += [Path(p) for p in sys.path if p]
     paths += [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     return paths
@@ -250,7 +257,7 @@ def _toolchain_paths() -> list[Path]:
     be a Python entry point), this package's own folder (the DLPack header; not its parent, which
     in a source checkout is a project) and the folders on PATH (the compilers, ninja). Unlike
     :func:`_runtime_paths`, not the import path: it names the project."""
-    paths = [Path(sys.prefix), Path(sys.exec_prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[1]]
+    paths = [*_interpreter_paths(), Path(__file__).resolve().parents[1]]
     # a relative entry ("." on PATH) would name the folder maxcode runs in: the project
     return paths + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]
 

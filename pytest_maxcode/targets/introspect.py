@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 PLAIN = (bool, int, float, str, type(None))
@@ -78,23 +79,23 @@ def spell(value: Any) -> str:
     return text if len(text) <= MAX_REPR else text[:MAX_REPR] + " ..."
 
 
-def _names_read(code: types.CodeType) -> set[str]:
-    """Every global and attribute name a code object (and the functions nested in it) reads."""
-    names = set(code.co_names)
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """A code object and the code of the functions (lambdas, comprehensions) nested in it."""
+    yield code
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _names_read(const)
-    return names
+            yield from _codes(const)
+
+
+def _names_read(code: types.CodeType) -> set[str]:
+    """Every global and attribute name a code object (and the functions nested in it) reads."""
+    return {name for c in _codes(code) for name in c.co_names}
 
 
 def _globals_read(code: types.CodeType) -> set[str]:
     """The global names a code object (and the functions nested in it) loads: unlike
     ``co_names``, not the attribute names (``x.relu()`` does not read a global ``relu``)."""
-    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _globals_read(const)
-    return names
+    return {ins.argval for c in _codes(code) for ins in dis.get_instructions(c) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
 
 
 def _own_functions(cls: type) -> list[types.FunctionType]:
