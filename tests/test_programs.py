@@ -4,6 +4,7 @@ OpenAI-compatible server on 127.0.0.1), applied over its source, and proposed as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -188,6 +189,50 @@ def test_a_fork_bomb_stops_at_the_process_limit_and_its_verdict_says_so(tmp_path
     failure2, out2, _ = native_program.run_program([str(build.binary)], tmp_path / "in.txt", 30.0, tmp_path, box)
     assert native_program.PROGRAM_PIDS - 8 <= int(out2.split()[0]) < native_program.PROGRAM_PIDS and failure2 == failure
     assert subprocess.run(["/bin/true"]).returncode == 0
+
+
+GATE_PROBE = r"""
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <dirent.h>
+#include <thread>
+#include <unistd.h>
+int main() {
+  long bytes = 0;
+  while (std::getchar() != EOF) ++bytes;
+  std::fputs("maxcode-ready\n", stderr);  // too late: the clock started before this program did
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::printf("%ld", bytes);
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d)) std::printf(" %s", e->d_name);
+    closedir(d);
+  }
+  std::printf("\n");
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["none", "bwrap", "unshare"])
+def test_the_clock_runs_from_the_programs_exec_to_its_exit(tmp_path: Path, kind: str) -> None:
+    """The sandbox's setup is left out of a run's seconds; the program still gets the test case
+    on stdin and nothing but stdin, stdout and stderr, and it cannot move the clock's start."""
+    if kind != "none" and (why := isolation.works(kind)) is not None:
+        pytest.skip(f"no {kind} sandbox here: {why}")
+    build = native_program.compile_program(GATE_PROBE, ["-O1"], tmp_path)
+    assert build.binary is not None, build.error
+    (tmp_path / "in.txt").write_text("x" * 12345)
+    box = native_program.program_sandbox(isolation.resolve(kind), 30, None)
+    if box.limits is not None:  # without a namespace, setting the limits is the setup: make it slow
+        box = dataclasses.replace(box, limits=lambda pid, set_limits=box.limits: (time.sleep(0.3), set_limits(pid)) and None)
+    t0 = time.perf_counter()
+    failure, out, seconds = native_program.run_program([str(build.binary)], tmp_path / "in.txt", 30.0, tmp_path, box)
+    outside = time.perf_counter() - t0
+    assert failure is None and out.split() == ["12345", "0", "1", "2"], (failure, out)
+    assert 0.05 <= seconds < outside
+    if box.limits is not None:
+        assert seconds < 0.3 <= outside, (seconds, outside)
 
 
 def test_a_source_that_fails_its_own_test_cases_stops_with_one_line(tmp_path: Path) -> None:

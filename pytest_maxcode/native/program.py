@@ -251,12 +251,11 @@ class SuiteFailure(Exception):
 @dataclass(frozen=True)
 class Sandbox:
     """What an untrusted program runs under: an environment, and resource limits set on its pid
-    as soon as it starts (a pre-exec hook would cost a full fork, milliseconds per run, and
-    would blur the timings).
+    while the gate (see :data:`_GATE`) holds it, before the program is exec'd.
 
     With ``isolation`` each run starts in that OS sandbox instead, with ``os_limits`` (its
     working folder the only writable one, ``readable`` the folders under /tmp it reads); that
-    costs milliseconds per run, the same for the source and the candidate. ``process_limit``: the
+    costs milliseconds per run, outside the timed span. ``process_limit``: the
     pids cgroups each run joins, so a fork bomb stops at :data:`PROGRAM_PIDS`.
     """
 
@@ -291,35 +290,52 @@ def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, 
     return Sandbox(env=env, limits=limits)
 
 
+#: the last step before the program: say so on stderr, wait for the go on stdin, then take the
+#: test case as stdin and exec. Runs inside the sandbox but before any candidate code, so the
+#: clock (started by the trusted side on the ready line) leaves out the sandbox's setup: its
+#: milliseconds of namespaces and mounts, noisier than many a program's run, are not the
+#: program's time. dash takes only one-digit fds, hence stdin and stderr as the two channels.
+_GATE = 'in=$1; shift; echo maxcode-ready >&2; read -r go; exec <"$in" 2>/dev/null; exec "$@"'
+_READY = b"maxcode-ready\n"
+
+
 def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
                 sandbox: Sandbox | None = None) -> tuple[str | None, str, float]:
     """Run with stdin from a file, stdout capped; returns (failure or None, stdout, wall seconds).
 
+    The seconds run from the moment the sandbox is ready to exec the program to its exit.
     The program gets its own process group so a timeout kills whatever it started too.
     """
     box = sandbox or Sandbox()
     boxed = None
     limit = box.process_limit if box.isolation is not None else None
     cgroups = limit.for_this_thread() if limit is not None else None
+    gated = ["/bin/sh", "-c", _GATE, "maxcode-gate", str(stdin), *cmd]
     if box.isolation is not None:
-        boxed = prepare(list(cmd), box.isolation, cwd, box.os_limits,
+        boxed = prepare(gated, box.isolation, cwd, box.os_limits,
                         readable=[*box.readable, Path(cmd[-1]).parent, Path(stdin).parent], use_cgroups=False,
                         cgroups=cgroups)
     refused = cgroups.pids_refused() if cgroups else 0
-    with open(stdin, "rb") as f:
-        start = time.perf_counter()
-        proc = subprocess.Popen(boxed.argv if boxed else list(cmd), stdin=f, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                cwd=cwd, start_new_session=True, env=box.env)
+    setup_deadline = time.perf_counter() + timeout
+    proc = subprocess.Popen(boxed.argv if boxed else gated, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=cwd, start_new_session=True, env=box.env)
     try:
         if box.limits is not None and boxed is None:
             try:
                 box.limits(proc.pid)
             except (ProcessLookupError, PermissionError):  # it already exited
                 pass
-        failure, out = _collect(proc, start + timeout)
+        failure, start = _await_ready(proc, setup_deadline)
+        if failure is None:
+            failure, out = _collect(proc, start + timeout)
+        else:
+            out = b""
         seconds = time.perf_counter() - start
     finally:
         _kill_group(proc)
+        for pipe in (proc.stdin, proc.stderr):
+            if pipe is not None:
+                pipe.close()
         if boxed is not None:
             boxed.cleanup()
         if limit is not None and cgroups is not None:
@@ -334,6 +350,33 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     if failure is not None and cgroups and cgroups.pids_refused() > refused:
         failure += f" (it hit the sandbox's limit of {box.os_limits.pids} processes and threads)"
     return failure, out.decode("utf-8", errors="replace"), seconds
+
+
+def _await_ready(proc: subprocess.Popen[bytes], deadline: float) -> tuple[str | None, float]:
+    """(failure or None, the clock's start): wait for the gate's ready line, then let the program go."""
+    assert proc.stderr is not None and proc.stdin is not None
+    fd, said = proc.stderr.fileno(), b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while _READY not in said:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return "timeout", time.perf_counter()
+            if not sel.select(left):
+                continue
+            data = os.read(fd, 4096)
+            if not data:  # the sandbox failed before the program could start
+                proc.wait()
+                what = said.decode("utf-8", errors="replace").strip().splitlines()
+                return f"the sandbox did not start it (exit status {proc.returncode}{': ' + what[-1][:200] if what else ''})", time.perf_counter()
+            said += data
+    start = time.perf_counter()
+    try:
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    return None, start
 
 
 def exit_reason(returncode: int) -> str:
