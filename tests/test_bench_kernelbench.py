@@ -37,21 +37,24 @@ def generations_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str
 def test_the_field_metrics_come_out_exactly(generations_run: tuple[dict, str]) -> None:
     summary, table = generations_run
     by = {r["number"]: r for r in summary["results"]}
-    assert {n: r["status"] for n, r in by.items()} == {1: "faster", 2: "wrong", 3: "not_faster", 4: "not_faster", 5: "no_candidate"}
-    assert by[1]["speedup"] > 1.5 and by[3]["speedup"] < 0.5 and by[4]["speedup"] < 0.5
-    # fast_p from the measured speedups: problem 1 is the only correct one above 0.5 (whether it
-    # clears 2.0 is the machine's to say), problems 1, 3 and 4 are correct
-    above_2 = 0.2 if by[1]["speedup"] > 2.0 else 0.0
+    # problem 1 measures about 3.3x; on a loaded runner its two measurements can disagree, and then it is
+    # not_faster for being too noisy to decide (seen once in CI-like load): the metrics below hold either way
+    assert by[1]["status"] == "faster" or "too noisy to decide" in by[1]["reason"], by[1]["reason"]
+    assert {n: r["status"] for n, r in by.items() if n != 1} == {2: "wrong", 3: "not_faster", 4: "not_faster", 5: "no_candidate"}
+    assert by[1]["speedup"] > 1.0 and by[3]["speedup"] < 0.5 and by[4]["speedup"] < 0.5
+    # fast_p from the measured speedups: problem 1 is the only correct one above 0.5 (how far above
+    # is the machine's to say), problems 1, 3 and 4 are correct
+    above = {p: 0.2 if by[1]["speedup"] > p else 0.0 for p in (1.5, 2.0)}
     assert by[2]["reason"].startswith("input set") and "no generation for problem 5" in by[5]["reason"]
     m = summary["metrics"]
     assert (m["problems"], m["correct"], m["correctness_rate"]) == (5, 3, 0.6)
-    assert m["fast_p"]["eager"] == {"0.0": 0.6, "0.5": 0.2, "0.8": 0.2, "1.0": 0.2, "1.5": 0.2, "2.0": above_2}
+    assert m["fast_p"]["eager"] == {"0.0": 0.6, "0.5": 0.2, "0.8": 0.2, "1.0": 0.2, "1.5": above[1.5], "2.0": above[2.0]}
     assert m["fast_p"]["compile"] is None  # --no-compile-baseline
     assert m["geomean_speedup"]["eager"] == pytest.approx((by[1]["speedup"] * by[3]["speedup"] * by[4]["speedup"]) ** (1 / 3))
     assert m["weak_check"] == [4] and by[4]["weak_check"] and not by[1]["weak_check"]
     assert summary["mode"] == "generations" and summary["device"] == "cpu"
     assert "### KernelBench level 1: 3/5 correct (60%), cpu, scale 1" in table
-    assert f"| eager | 60% | 20% | 20% | 20% | 20% | {above_2:.0%} |" in table
+    assert f"| eager | 60% | 20% | 20% | 20% | {above[1.5]:.0%} | {above[2.0]:.0%} |" in table
     assert "| 4_Zero_like | not_faster (weak check) |" in table and "Weak checks (outputs barely depend on the inputs): 4" in table
 
 

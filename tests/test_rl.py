@@ -258,7 +258,8 @@ def test_the_curriculum_restricts_techniques_and_advances(reward: Any, rows: dic
     barred, plain = reward.last_verdicts
     assert barred.status == "format" and barred.reasons == [
         "uses threads, vectorized, not permitted in stage 1 (permitted: loop)"]
-    assert plain.correct and values[1] == plain.speedup and cur.stage_index(row["problem"]) == 0
+    # its reward as outside the curriculum: the speedup (capped at 1.0 when a loaded machine left it undecided)
+    assert plain.correct and values[1] == search_reward(plain) and cur.stage_index(row["problem"]) == 0
     assert cur.correct_seen(row["problem"]) == 1
 
     trl_call(reward, [row], [reply(PLAIN)])  # the second correct one: the problem moves on
