@@ -466,6 +466,18 @@ def test_reward_tiers_order():
     }
 
 
+def test_a_weak_check_is_paid_no_more_than_a_correct_but_not_faster_verdict():
+    """Timed calls that reuse the known input sets let a kernel cache its answers: its speedup is no evidence."""
+    reason = "weak check: the timed calls reuse 3 known input set(s) (the reference rejects some generated ones)"
+    strong = Verdict(candidate="c", status="faster", speedup=4.0)
+    weak = Verdict(candidate="c", status="faster", speedup=4.0, weak_check=True, reasons=[reason])
+    assert reward(strong) == 4.0
+    assert reward(weak) == 1.0 == max(reward(_v("not_faster", 1.0)), reward(_v("not_faster", 0.5)))
+    slow_weak = Verdict(candidate="c", status="not_faster", speedup=0.5, weak_check=True)
+    assert reward(slow_weak) == reward(_v("not_faster", 0.5)) == 0.5  # a slow one keeps its (lower) speedup
+    assert reward(Verdict(candidate="c", status="wrong", weak_check=True)) == TIERS["wrong"]
+
+
 def test_discounted_max():
     assert discounted_max([0.5, 2.0, 1.0], 0.9) == pytest.approx(1.8)  # the max, not the sum
     assert discounted_max([3.0, 2.0], 1.0) == 3.0

@@ -2,7 +2,8 @@
 
 ``reward(prompts=..., completions=..., **columns) -> list[float]``, one value per completion,
 computed exactly as the search computes a node's reward (``search.reward.reward``: the
-speedup when correct, the failure tiers otherwise), so a policy trained on it is trained on
+speedup when correct, at most parity when the check was weak or the timing undecided, the
+failure tiers otherwise), so a policy trained on it is trained on
 what the search ranks by. Code is taken from a completion with the search's ``parse_reply``;
 a completion without usable code, or one that uses a technique its stage does not permit,
 is a ``format`` failure and is never built.
@@ -59,7 +60,9 @@ def completion_text(completion: Any) -> str:
 def score(v: Verdict, scale: str = "linear") -> float:
     """The search's reward for ``v``; with ``scale="log"`` a correct one's speedup s becomes
     log2(1 + s): 1 at parity like the linear reward, always above the failure tiers (which
-    stay as they are), and no longer dominated by the occasional huge speedup."""
+    stay as they are), and no longer dominated by the occasional huge speedup. A weak-check or
+    undecided verdict is paid at most parity on either scale (the search's reward caps it), so
+    a policy cannot learn to cache answers for the few inputs a weak check times it on."""
     r = search_reward(v)
     return math.log2(1.0 + r) if scale == "log" and v.correct else r
 
