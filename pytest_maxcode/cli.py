@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import functools
 import hashlib
 import json
 import os
@@ -196,9 +195,7 @@ def _add_bench_ab(sub: Subcommands) -> None:
             "Checks out BASE_REF and HEAD_REF side by side (git worktrees: this checkout is not touched) and runs "
             "the benchmarks (pytest-benchmark's fixture) in each alternately, ABBA..., in --runs short processes per "
             "side; each process's fastest round is one sample. A regression is a slowdown beyond the threshold that "
-            "a one-sided Welch t-test on those samples also finds (Holm-corrected). With more than 3 runs a side the "
-            "samples are looked at after 3, and the rest skipped when every benchmark is settled; each look tests at "
-            "half the level. --timer instructions counts "
+            "a one-sided Welch t-test on those samples also finds (Holm-corrected). --timer instructions counts "
             "instructions under valgrind instead (deterministic: one run per side, the threshold decides). "
             "Thresholds, timer and runs: the options, else [tool.maxcode.regressions], else 10%, time, 5. "
             "Arguments after -- go to pytest. Exit status 1 with --fail-on-regression when anything regressed."
@@ -952,14 +949,12 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     if ns.baseline == "stored" and stored is None:
         _say(console, f"bench-ab: {ns.history} holds no figures of the base {commits['base'][:12]} measured this way: "
                       "measuring the base as well")
-    runs = ns.runs or reg.runs
-    judged = functools.partial(ab.judge, threshold=ns.threshold or reg.threshold, thresholds=reg.thresholds, base_label=ns.base,
-                               head_label=ns.head_label or ns.head, timer=timer, looks=2 if runs > ab.FIRST_LOOK else 1)
-    base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=runs, fork_server=ns.fork_server,
+    base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=ns.fork_server,
                                 project=os.path.relpath(Path.cwd(), repo), timer=timer,
                                 progress=(lambda msg: console.log(msg)) if console else None,
-                                stored_base=stored.samples if stored else None, judged=judged)
-    result = judged(base, head)
+                                stored_base=stored.samples if stored else None)
+    result = ab.judge(base, head, threshold=ns.threshold or reg.threshold, thresholds=reg.thresholds,
+                      base_label=ns.base, head_label=ns.head_label or ns.head, timer=timer)
     result.base_commit, result.head_commit = commits["base"], commits["head"]
     result.unit = "instructions" if timer == "instructions" else "s"
     again = ["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12], "--runs", str(ns.runs or reg.runs), "--timer", timer]

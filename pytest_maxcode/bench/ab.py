@@ -9,11 +9,6 @@ a slow drift of the machine weighs on both sides alike), and each process's medi
 sample: its fastest round (see :func:`_fastest`). A benchmark regressed when the head's median
 of those is slower by more than its threshold *and* a one-sided Welch t-test on their logs says
 so, Holm-corrected over the benchmarks.
-
-With more than :data:`FIRST_LOOK` runs a side, the figures are looked at once after that many:
-where every benchmark is already settled (flagged, or its interval inside the threshold both
-ways) the remaining runs are not made. Each of the two looks tests at half the significance
-level, so the chance of a false alarm over both stays at :data:`ALPHA`.
 """
 
 from __future__ import annotations
@@ -49,12 +44,11 @@ from ..errors import MaxcodeError
 
 #: runs per side unless asked: enough for a t-test on run medians to see a 2x change under load
 RUNS = 5
-#: runs per side after which the figures are looked at, and the rest skipped where all is settled
-FIRST_LOOK = 3
 #: pytest-benchmark's seconds of rounds per benchmark that all the timed runs of one side share:
 #: a quarter of its default second, because each run adds its own start, calibration and minimum
 #: rounds, and all the runs of a side should cost no more than one ordinary benchmark run. A run's
 #: figure is its fastest round (see :func:`_fastest`), which a few dozen rounds already give
+#: (beside a hog: 0 false alarms in 60 benchmark comparisons, the 2x flagged 10 of 10 times)
 SHARE = 0.25
 
 
@@ -62,48 +56,29 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
                 project: str = ".", python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
                 progress: Callable[[str], None] | None = None,
                 stored_base: Mapping[str, Sequence[float]] | None = None,
-                fork_server: bool = False,
-                judged: Callable[[Mapping[str, Timings], Mapping[str, Timings]], CompareResult] | None = None,
-                ) -> tuple[dict[str, Timings], dict[str, Timings]]:
+                fork_server: bool = False) -> tuple[dict[str, Timings], dict[str, Timings]]:
     """Each benchmark's per-run figures on the base and on the head, run alternately in
     worktrees of ``repo_root`` (the checkout itself is not touched); ``project`` is the
     folder inside the repository that pytest runs in. ``timer="instructions"`` counts
     instructions under callgrind instead (one run per side: the counts do not vary).
-    ``stored_base``: the base's figures from a history; then only the head runs. ``judged``:
-    how the caller will judge them (:func:`judge` with its thresholds and ``looks=2``); with it,
-    the runs stop at the first look where :func:`settled` says so. Many parameters because
-    each keyword is one option of ``maxcode bench-ab``, passed through."""
+    ``stored_base``: the base's figures from a history; then only the head runs. Many
+    parameters because each keyword is one option of ``maxcode bench-ab``, passed through."""
     refs = {"head": head} if stored_base is not None else {"base": base, "head": head}
-    stored = {k: list(v) for k, v in stored_base.items()} if stored_base is not None else None
-
-    def enough(samples: Mapping[str, Mapping[str, list[float]]]) -> bool:
-        assert judged is not None
-        return settled(judged(_timings(stored if stored is not None else samples.get("base", {})), _timings(samples["head"])))
-
-    look = enough if judged is not None and timer == "time" and runs > FIRST_LOOK else None
     samples = measure(repo_root, refs, pytest_args, runs=runs, project=project, python=python, timeout_s=timeout_s,
-                      timer=timer, progress=progress, optional=frozenset({"base"}), fork_server=fork_server, look=look)
-    return _timings(stored if stored is not None else samples["base"]), _timings(samples["head"])
-
-
-def settled(result: CompareResult) -> bool:
-    """Nothing more runs would change: every benchmark is flagged, or its interval of change
-    lies inside its threshold both ways (it cannot have moved by the threshold)."""
-    return all(c.verdict != "unchanged" or (c.change_ci is not None and -c.threshold < c.change_ci[0] and c.change_ci[1] < c.threshold)
-               for c in result.comparisons)
+                      timer=timer, progress=progress, optional=frozenset({"base"}), fork_server=fork_server)
+    base_samples = {k: list(v) for k, v in stored_base.items()} if stored_base is not None else samples["base"]
+    return _timings(base_samples), _timings(samples["head"])
 
 
 def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str], *, runs: int = RUNS, project: str = ".",
             python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
             progress: Callable[[str], None] | None = None,
-            optional: frozenset[str] = frozenset(), fork_server: bool = False,
-            look: Callable[[Mapping[str, Mapping[str, list[float]]]], bool] | None = None) -> dict[str, dict[str, list[float]]]:
+            optional: frozenset[str] = frozenset(), fork_server: bool = False) -> dict[str, dict[str, list[float]]]:
     """Per side (``refs``: side name -> commit), each benchmark's figure per process, the
     sides' processes alternating ABBA... (a slow drift of the machine weighs on all alike).
     An ``optional`` side (the base) that lacks the project folder or collects no benchmark
     has none: a pull request that adds the first benchmarks is not an error. ``fork_server``:
     fork each timed run from a server per side that collected once (faster start, noisier runs).
-    ``look``: asked once, after :data:`FIRST_LOOK` runs a side, whether to stop there.
     Many parameters because each keyword is one option of ``bench-ab`` / ``bench-record``."""
     if timer not in ("time", "instructions"):
         raise MaxcodeError(f"bench-ab: --timer {timer!r}: expected time or instructions")
@@ -136,10 +111,6 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
                     runners[side].run(out, timeout_s, None if counting else SHARE / runs)
                     for name, seconds in _fastest(out).items():
                         samples[side].setdefault(name, []).append(seconds)
-                if look is not None and i + 1 == FIRST_LOOK and look(samples):
-                    if progress:
-                        progress(f"bench-ab: settled after {FIRST_LOOK} of {runs} runs a side")
-                    break
         finally:
             servers.close()
             for path in trees.values():
@@ -321,10 +292,9 @@ def _timings(per_run: Mapping[str, list[float]]) -> dict[str, Timings]:
 
 def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold: float = DEFAULT_THRESHOLD,
           thresholds: Mapping[str, float] | None = None, base_label: str = "base", head_label: str = "head",
-          timer: str = "time", looks: int = 1) -> CompareResult:
+          timer: str = "time") -> CompareResult:
     """Regressed / improved / unchanged per benchmark, from per-run figures (``Timings.data``);
-    eight parameters because its keywords mirror :func:`bot.compare.compare`'s. ``looks``: how
-    many times the runs were (or may be) looked at; each tests at ``ALPHA / looks``.
+    seven parameters because its keywords mirror :func:`bot.compare.compare`'s.
     Instruction counts are deterministic: the threshold alone decides them."""
     if timer == "instructions":
         return _judge_counts(base, head, threshold, thresholds, base_label, head_label)
@@ -345,7 +315,7 @@ def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold
         result.comparisons.append(c)
     for c, p in zip(result.comparisons, holm(raw_p)):
         c.p_value = p
-        c.significant = p < ALPHA / looks
+        c.significant = p < ALPHA
         if c.significant and c.change > c.threshold:
             c.verdict = "regressed"
         elif c.significant and c.change < -c.threshold:

@@ -18,7 +18,6 @@ each mode. Usage: ``python tests/benchmarks/bench_regressions.py [--same 20] [--
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import shutil
@@ -36,10 +35,6 @@ from test_bench_ab import BENCH  # noqa: E402  the same three benchmarks as the 
 
 from pytest_maxcode.bench import ab  # noqa: E402
 from pytest_maxcode.bot import compare as cmp  # noqa: E402
-
-
-#: runs a side of each interleaved comparison (fewer than --runs where the first look settled it)
-PROCESSES: list[int] = []
 
 
 def make_repo(root: Path) -> None:
@@ -72,12 +67,9 @@ def old_mode(root: Path, head: str) -> tuple[dict[str, str], float]:
 
 
 def interleaved(root: Path, head: str, runs: int, timer: str = "time") -> tuple[dict[str, str], float]:
-    """As ``maxcode bench-ab`` runs it: a look after ab.FIRST_LOOK runs a side, each look at half the level."""
     start = time.perf_counter()
-    judged = functools.partial(ab.judge, timer=timer, looks=2 if runs > ab.FIRST_LOOK and timer == "time" else 1)
-    base, measured = ab.interleaved(root, "base", head, [], runs=runs, project="proj", timer=timer, judged=judged)
-    PROCESSES.append(min(len(t.data or []) for t in measured.values()))
-    result = judged(base, measured)
+    base, measured = ab.interleaved(root, "base", head, [], runs=runs, project="proj", timer=timer)
+    result = ab.judge(base, measured, timer=timer)
     return {c.name.split("::")[-1]: c.verdict for c in result.comparisons}, time.perf_counter() - start
 
 
@@ -104,8 +96,6 @@ def main() -> None:
                 "false_on_slow_head": sum(v["test_same"] == "regressed" for v, _ in slow),
                 "wall_s_per_comparison": round(sum(t for _, t in same + slow) / (ns.same + ns.slow), 1),
             }
-            if mode == "interleaved":
-                out[mode]["runs_a_side"] = {"same": PROCESSES[:ns.same], "slow": PROCESSES[ns.same:]}
             print(json.dumps({mode: out[mode]}), file=sys.stderr, flush=True)
         if shutil.which("valgrind"):
             counts = {h: interleaved(root, h, 1, "instructions") for h in ("same", "slow")}
