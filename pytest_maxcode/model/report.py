@@ -17,6 +17,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MaxcodeError
+from .jsontypes import JSON
 from .strenum import PlainStrEnum
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class BestKernel:
     hash: str = ""
     lang: str = ""
     origin: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, JSON] = field(default_factory=dict)
     build_id: str | None = None
     sha256: str | None = None
 
@@ -101,7 +102,7 @@ class Measurement:
     kernel_us: float | None = None
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Measurement:
+    def from_json(cls, data: Mapping[str, JSON]) -> Measurement:
         """The report's ``measurement`` object; keys this version does not know are left out."""
         return cls(**_known(cls, dict(data)))
 
@@ -129,7 +130,7 @@ class JsonRow:
         return {**self.extra, **out}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
+    def from_json(cls, data: Mapping[str, JSON]) -> Self:
         names = [f.name for f in fields(cls) if f.name not in _ROW_META]  # type: ignore[arg-type]
         return cls(**{k: data[k] for k in names if k in data},  # type: ignore[call-arg]
                    extra={k: v for k, v in data.items() if k not in names},
@@ -141,7 +142,7 @@ class JsonRow:
         return name not in self.absent
 
 
-def rows_of(cls: type[R], rows: Any) -> list[R]:
+def rows_of(cls: type[R], rows: object) -> list[R]:
     """A list of rows read from a report on disk (``t.get("workloads")``, ...) as ``cls``, for the
     renderers: no list is no rows, and an entry that is not an object is left out, so a damaged
     or hand-edited report still renders."""
@@ -150,7 +151,7 @@ def rows_of(cls: type[R], rows: Any) -> list[R]:
     return [r if isinstance(r, cls) else cls.from_json(r) for r in rows if isinstance(r, (cls, Mapping))]
 
 
-def row_of(cls: type[R], value: Any) -> R | None:
+def row_of(cls: type[R], value: object) -> R | None:
     """One row read from a report on disk (``t.get("remeasure")``) as ``cls``; None where it is
     missing or not an object."""
     if isinstance(value, cls):
@@ -202,7 +203,7 @@ class BenchmarkResult(JsonRow):
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name in ("reference", "candidate"):  # read from JSON: an object is a Timing, anything else none
             value = row_of(Timing, value)
         object.__setattr__(self, name, value)
@@ -228,7 +229,7 @@ class Evaluation(JsonRow):
     #: the OS sandbox the candidate ran in
     sandbox: str | None = None
     #: a seed's tunable values
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, JSON] = field(default_factory=dict)
     #: the verdict's first reasons (or the proposal's error)
     reasons: list[str] = field(default_factory=list)
     #: the verdict was taken from the store instead of measured again
@@ -270,7 +271,7 @@ class SearchSummary(JsonRow):
     evaluations: int | None = None
     #: one best-so-far curve per strategy (per run where a strategy ran more than once):
     #: ``[[evaluation, best or None], ...]``
-    curves: dict[str, list[list[Any]]] = field(default_factory=dict)
+    curves: dict[str, list[list[float | None]]] = field(default_factory=dict)
     extra: Json = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -343,11 +344,11 @@ class TargetResult:
     arch: str | None = None
     reference: ReferenceInfo | None = None
     #: per workload argument key, the outputs' layouts (what verification compares)
-    outputs: dict[str, list[Any]] | None = None
+    outputs: dict[str, list[JSON]] | None = None
     signatures: list[Any] | None = None
     #: an nn.Module target's parameters then buffers as verified, ``[name, shape, dtype]`` each:
     #: the kernel was checked on this configuration only, so the dispatcher serves no other
-    module_state: list[Any] | None = None
+    module_state: list[list[JSON]] | None = None
     #: an nn.Module target whose layers read ``training``: verified in eval mode, the kernel
     #: serves only instances in eval mode (``introspect.reads_training``)
     eval_only: bool | None = None
