@@ -19,21 +19,26 @@ import json
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..model.jsontypes import JSON
+
+if TYPE_CHECKING:
+    import torch
 
 PLAIN = (bool, int, float, str, type(None))
 MAX_REPR = 200
 MARK = "MAXCODE-INTROSPECT"
 
 
-def abi_extras(module: Any) -> list[tuple[str, Any, str]]:
+def abi_extras(module: torch.nn.Module) -> list[tuple[str, torch.Tensor, str]]:
     """(name, tensor, role) of what follows the arguments: the same calls the worker makes."""
     out = [(n, p, "parameter") for n, p in module.named_parameters()]
     return out + [(n, b, "buffer") for n, b in module.named_buffers()]
 
 
-def module_state(module: Any) -> list[list[Any]]:
+def module_state(module: torch.nn.Module) -> list[list[JSON]]:
     """``[name, shape, dtype]`` of each of :func:`abi_extras`: the configuration a module kernel
     was verified on (the lock records it) and the one an instance must have for the kernel to
     serve it (a kernel written for 128x128 weights would read a 256x64 layer's wrongly, or past
@@ -41,7 +46,7 @@ def module_state(module: Any) -> list[list[Any]]:
     return [[n, list(t.shape), str(t.dtype).replace("torch.", "")] for n, t, _role in abi_extras(module)]
 
 
-def reads_training(module: Any) -> bool:
+def reads_training(module: torch.nn.Module) -> bool:
     """Whether any of the module's layers has code that reads ``training`` (dropout, batch norm,
     a forward with ``if self.training``): the oracle verifies modules in eval mode, so a kernel
     for such a module must not serve an instance in training mode, whose reference computes
@@ -63,7 +68,7 @@ def reads_training(module: Any) -> bool:
     return False
 
 
-def _plain(value: Any, depth: int = 0) -> bool:
+def _plain(value: object, depth: int = 0) -> bool:
     if isinstance(value, PLAIN):
         return True
     if isinstance(value, (tuple, list)) and depth < 2 and len(value) <= 16:
@@ -71,7 +76,7 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "device")
 
 
-def spell(value: Any) -> str:
+def spell(value: object) -> str:
     """A value as Python source would write it (``1.5``, ``(5,)``, ``torch.float32``)."""
     text = repr(value)
     if type(value).__module__ == "torch" and type(value).__name__ == "device":
@@ -167,11 +172,11 @@ def global_values(fn: Any) -> list[tuple[str, str]]:
     return sorted(found.items())
 
 
-def _is_torch(module: Any) -> bool:
+def _is_torch(module: object) -> bool:
     return type(module).__module__.startswith("torch.")
 
 
-def attribute_values(module: Any) -> list[tuple[str, str]]:
+def attribute_values(module: torch.nn.Module) -> list[tuple[str, str]]:
     """(``self.path.attr``, spelled value) of the plain attributes the module's own code reads,
     and the configuration of the torch layers it holds (their repr: ``Linear(in_features=...)``)."""
     out: list[tuple[str, str]] = []
@@ -194,7 +199,7 @@ def attribute_values(module: Any) -> list[tuple[str, str]]:
     return out
 
 
-def _loose_tensor(t: Any) -> str:
+def _loose_tensor(t: torch.Tensor) -> str:
     """A tensor attribute that is neither parameter nor buffer: the kernel is not handed it,
     so its values are stated when few, its layout otherwise."""
     if t.numel() <= 16:
@@ -202,7 +207,7 @@ def _loose_tensor(t: Any) -> str:
     return f"...  # a {str(t.dtype).replace('torch.', '')} tensor of shape {list(t.shape)}, not passed to the kernel"
 
 
-def module_globals(module: Any) -> list[tuple[str, str]]:
+def module_globals(module: torch.nn.Module) -> list[tuple[str, str]]:
     """Module-level plain constants that the reference's own methods read."""
     seen: dict[str, str] = {}
     for sub in module.modules():
@@ -212,7 +217,7 @@ def module_globals(module: Any) -> list[tuple[str, str]]:
     return sorted(seen.items())
 
 
-def tensor_layout(value: Any) -> dict[str, Any]:
+def tensor_layout(value: object) -> dict[str, JSON]:
     """dtype, shape and strides (in elements) as the candidate's DLTensor states them; a
     Python scalar as the 0-d tensor it arrives as, with its value."""
     import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
@@ -223,7 +228,7 @@ def tensor_layout(value: Any) -> dict[str, Any]:
     return {"dtype": dtype, "shape": [], "strides": [], "value": spell(value)}
 
 
-def argument_names(fn: Any, n: int, skip_self: bool) -> list[str]:
+def argument_names(fn: Callable[..., object], n: int, skip_self: bool) -> list[str]:
     """The reference's own names for its first ``n`` positional parameters (``*args`` numbered)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -236,14 +241,14 @@ def argument_names(fn: Any, n: int, skip_self: bool) -> list[str]:
     return [positional[i].name if i < len(positional) else f"{star}[{i - len(positional)}]" for i in range(n)]
 
 
-def describe(reference: Any, workloads: dict[str, list[Any]], *, module: Any = None,
-             init_args: list[Any] | None = None) -> dict[str, Any]:
+def describe(reference: Callable[..., object], workloads: Mapping[str, Sequence[object]], *,
+             module: torch.nn.Module | None = None, init_args: Sequence[object] | None = None) -> dict[str, Any]:
     """Everything a prompt states about the inputs (JSON-able): ``reference`` is the function
     or the module's forward, ``workloads`` maps each workload's name to its first input set."""
     import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
     n_args = max((len(v) for v in workloads.values()), default=0)
-    inputs: list[dict[str, Any]] = []
+    inputs: list[dict[str, object]] = []
     for i, name in enumerate(argument_names(reference, n_args, skip_self=module is not None)):
         sets = {w: vals[i] for w, vals in workloads.items() if i < len(vals)}
         role = "argument" if any(isinstance(v, torch.Tensor) for v in sets.values()) else "scalar"
@@ -261,14 +266,14 @@ def describe(reference: Any, workloads: dict[str, list[Any]], *, module: Any = N
     return desc
 
 
-def constructor_call(cls: type, init_args: list[Any]) -> str:
+def constructor_call(cls: type, init_args: Sequence[object]) -> str:
     """``Model(in_features=10, scaling_factor=1.5)``: the call that built the reference."""
     names = argument_names(cls.__init__, len(init_args), skip_self=True)
     args = ", ".join(spell(v) if n.endswith("]") else f"{n}={spell(v)}" for n, v in zip(names, init_args))
     return f"{cls.__name__}({args})"
 
 
-def _reference_object(spec: dict[str, Any]) -> tuple[Any, Any]:
+def _reference_object(spec: dict[str, Any]) -> tuple[types.ModuleType, Any]:
     """(the Python module, the named function or class) a spec points at."""
     if spec.get("rootdir") and spec["rootdir"] not in sys.path:
         sys.path.insert(0, spec["rootdir"])
@@ -313,7 +318,7 @@ print({MARK!r} + json.dumps(describe_spec(json.loads(sys.argv[1]))))
 """
 
 
-def describe_in_subprocess(spec: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+def describe_in_subprocess(spec: dict[str, Any], timeout: float = 120.0) -> dict[str, JSON]:
     """:func:`describe_spec` in a child process: the reference's code never runs in this one."""
     proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(spec)], check=False, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, cwd=spec.get("rootdir") or None)
