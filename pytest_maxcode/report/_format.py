@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..model.jsontypes import JSON
 from ..model.report import (
     Evaluation,
     Measurement,
@@ -39,7 +40,7 @@ CORRECT_STATUSES = ("faster", "not_faster")
 FAILURE_ORDER = ("wrong", "compile_error", "runtime_error", "crash", "timeout", "rejected", "format")
 
 
-def finite(x: Any) -> float | None:
+def finite(x: object) -> float | None:
     """A number we can print or plot, or None (JSON null, NaN, infinity and non-numbers alike)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
@@ -47,7 +48,7 @@ def finite(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def fmt_time(seconds: Any) -> str:
+def fmt_time(seconds: object) -> str:
     """Seconds as 3 significant figures in the largest unit that keeps the value >= 1."""
     s = finite(seconds)
     if s is None:
@@ -60,13 +61,13 @@ def fmt_time(seconds: Any) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
-def fmt_ratio(x: Any) -> str:
+def fmt_ratio(x: object) -> str:
     """A speedup factor with two decimals, e.g. ``2.31x``."""
     v = finite(x)
     return "-" if v is None else f"{v:.2f}x"
 
 
-def fmt_speedup(speedup: Any, ci: Any) -> str:
+def fmt_speedup(speedup: object, ci: object) -> str:
     """``2.31x [2.10, 2.52]``: the estimate with its interval, so a reader sees how sure it is."""
     head = fmt_ratio(speedup)
     if head == "-":
@@ -78,13 +79,13 @@ def fmt_speedup(speedup: Any, ci: Any) -> str:
     return head
 
 
-def fmt_verdict(target: Mapping[str, Any]) -> str:
+def fmt_verdict(target: Mapping[str, JSON]) -> str:
     """Status plus a flag when the correctness check was weaker than usual."""
     status = str(target.get("status", "?"))
     return status + (" (weak check)" if target.get("weak_check") else "") + (" (range-limited)" if target.get("range_limited") else "")
 
 
-def fmt_failed(failed: Any) -> str:
+def fmt_failed(failed: object) -> str:
     """Failures by kind, known kinds first in a fixed order, e.g. ``wrong 3, compile_error 2``."""
     if not isinstance(failed, Mapping):
         return "-"
@@ -93,14 +94,14 @@ def fmt_failed(failed: Any) -> str:
     return ", ".join(parts) if parts else "-"
 
 
-def fmt_candidates(candidates: Any) -> str:
+def fmt_candidates(candidates: object) -> str:
     """``tried / correct / failed-by-kind``: how much of the budget went where."""
     if not isinstance(candidates, Mapping):
         return "-"
     return f"{candidates.get('tried', 0)} / {candidates.get('correct', 0)} / {fmt_failed(candidates.get('failed'))}"
 
 
-def fmt_counts(candidates: Any) -> str:
+def fmt_counts(candidates: object) -> str:
     """``tried / correct / failed`` as three numbers: the narrow terminal's candidates cell."""
     if not isinstance(candidates, Mapping):
         return "-"
@@ -109,7 +110,7 @@ def fmt_counts(candidates: Any) -> str:
     return f"{candidates.get('tried', 0)} / {candidates.get('correct', 0)} / {n_failed}"
 
 
-def fmt_tests(tests: Any) -> str:
+def fmt_tests(tests: object) -> str:
     """What re-running the user's own tests against the best candidate gave, or ``-`` if nothing ran."""
     if not isinstance(tests, Mapping):
         return "-"
@@ -123,14 +124,14 @@ def fmt_tests(tests: Any) -> str:
     return f"{len(rerun)} passed" if passed else f"{len(rerun)} failed"
 
 
-def fmt_params(params: Any) -> str:
+def fmt_params(params: object) -> str:
     """Tuning parameters of the best candidate, ``k=v`` comma-separated."""
     if not isinstance(params, Mapping) or not params:
         return "-"
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
-def fmt_cost(x: Any) -> str:
+def fmt_cost(x: object) -> str:
     """Dollars: four decimals below a dollar (LLM calls are cheap one by one), two above."""
     v = finite(x)
     if v is None:
@@ -138,13 +139,13 @@ def fmt_cost(x: Any) -> str:
     return f"${v:.4f}" if abs(v) < 1 else f"${v:,.2f}"
 
 
-def fmt_count(x: Any) -> str:
+def fmt_count(x: object) -> str:
     """An integer count with thousands separators, ``-`` when missing."""
     v = finite(x)
     return "-" if v is None else f"{int(v):,}"
 
 
-def search_brief(search: Any) -> str:
+def search_brief(search: object) -> str:
     """``greedy, 40 evaluations, 12 LLM calls, $0.0623``: a search in one short phrase ('' without one)."""
     s = row_of(SearchSummary, search)
     if s is None:
@@ -156,7 +157,7 @@ def search_brief(search: Any) -> str:
     return ", ".join(parts)
 
 
-def search_line(search: Any) -> str:
+def search_line(search: object) -> str:
     """Strategy, policy, model, evaluations, LLM calls, tokens, cost and why it stopped ('' without a search)."""
     s = row_of(SearchSummary, search)
     if s is None:
@@ -176,7 +177,7 @@ def search_line(search: Any) -> str:
     return line
 
 
-def target_facts(t: Mapping[str, Any]) -> list[str]:
+def target_facts(t: Mapping[str, JSON]) -> list[str]:
     """The per-target facts every renderer lists, as plain text (each renderer escapes)."""
     facts = [
         f"speedup {fmt_speedup(t.get('speedup'), t.get('speedup_ci'))}, baseline {fmt_time(t.get('baseline_s'))}, "
@@ -246,7 +247,7 @@ def options_line(report: Mapping[str, Any]) -> str:
     )
 
 
-def _undecided_example(t: Mapping[str, Any], min_speedup: float) -> str | None:
+def _undecided_example(t: Mapping[str, JSON], min_speedup: float) -> str | None:
     """The target's undecided interval as ``1.04x [0.26, 4.65]``, or None when it has none.
 
     From the evaluations' own flag (set by the oracle, whatever the target's bar), else from the
@@ -292,7 +293,7 @@ def sandbox_line(report: Mapping[str, Any]) -> str:
     )
 
 
-def range_line(t: Mapping[str, Any]) -> str:
+def range_line(t: Mapping[str, JSON]) -> str:
     """One line for a target whose best kernel is range-limited (right on the captured inputs,
     wrong on wider or special values), saying whether it is held back, else ''."""
     limited = t.get("range_limited") if isinstance(t, Mapping) else None
@@ -326,7 +327,7 @@ def remeasure_text(t: TargetResult | Mapping[str, Any]) -> tuple[str, str] | Non
     return str(r.command), where
 
 
-def noise_text(t: TargetResult | Mapping[str, Any]) -> str:
+def noise_text(t: TargetResult | Mapping[str, JSON]) -> str:
     """How the quoted speedup was measured and how noisy the machine was, in one phrase, or ''
     (a typed target or a report's JSON, as :func:`remeasure_text`)."""
     if isinstance(t, TargetResult):
@@ -351,7 +352,7 @@ def noise_text(t: TargetResult | Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def measurement_lines(t: Mapping[str, Any]) -> list[str]:
+def measurement_lines(t: Mapping[str, JSON]) -> list[str]:
     """Under a quoted speedup: how to re-measure it, and how noisy the machine was."""
     out = []
     cmd = remeasure_text(t)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..model.jsontypes import JSON
 from ..model.report import (
     BenchmarkResult,
     Evaluation,
@@ -45,7 +46,7 @@ svg text{font:11px -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;fill:#1f2
 """.strip()
 
 
-def esc(x: Any) -> str:
+def esc(x: object) -> str:
     """Everything from the report is untrusted text (ids, reasons, paths): escape it, quotes included."""
     return html.escape(str(x), quote=True)
 
@@ -84,7 +85,7 @@ def _fmt_tick(v: float) -> str:
     return f"{v:.10g}" if abs(v - round(v)) > 1e-9 else str(int(round(v)))
 
 
-def _axes(n: int, ymax: float, step: float, x: Any, y: Any, xlabel: str) -> list[str]:
+def _axes(n: int, ymax: float, step: float, x: Callable[[int], float], y: Callable[[float], float], xlabel: str) -> list[str]:
     """Grid, y labels, integer x ticks (about 10 at most) and both axis titles of a speedup plot."""
     pw, ph = _W - _ML - _MR, _H - _MT - _MB
     parts: list[str] = []
@@ -110,7 +111,7 @@ def _axes(n: int, ymax: float, step: float, x: Any, y: Any, xlabel: str) -> list
     return parts
 
 
-def _ref_lines(minsp: float | None, y: Any) -> list[str]:
+def _ref_lines(minsp: float | None, y: Callable[[float], float]) -> list[str]:
     """Dashed lines at 1.0x (no change) and at the bar a speedup has to clear, labelled on the right."""
     pw = _W - _ML - _MR
     parts: list[str] = []
@@ -130,7 +131,8 @@ def _ref_lines(minsp: float | None, y: Any) -> list[str]:
     return parts
 
 
-def _step_line(points: Sequence[tuple[int, float | None]], x: Any, y: Any, colour: str, attrs: str = "") -> list[str]:
+def _step_line(points: Sequence[tuple[int, float | None]], x: Callable[[int], float], y: Callable[[float], float], colour: str,
+               attrs: str = "") -> list[str]:
     """Best-so-far as a step line: it holds its value until an evaluation beats it (None: nothing yet)."""
     pts: list[str] = []
     prev: float | None = None
@@ -232,7 +234,7 @@ def _origin(e: Evaluation) -> str:
     return str(e.origin) if e.given("origin") else "?"
 
 
-def _best_index(trajectory: Sequence[Evaluation], best: Any) -> int | None:
+def _best_index(trajectory: Sequence[Evaluation], best: object) -> int | None:
     """Position of the report's best candidate in the trajectory (its best ``faster`` evaluation),
     else of the best ``faster`` evaluation; None when nothing was ``faster``: a merely correct
     candidate is never ringed as best."""
@@ -345,7 +347,7 @@ def _tree_dot(e: Evaluation, k: int, best: bool, cx: float, cy: float, r: float)
     )
 
 
-def _best_label(e: Evaluation, best: Any, speedup: Any, cx: float, cy: float, r: float) -> str:
+def _best_label(e: Evaluation, best: object, speedup: object, cx: float, cy: float, r: float) -> str:
     """The best dot's label: the report's figure when the dot is the report's best candidate."""
     same = isinstance(best, Mapping) and best.get("hash") and e.hash == best["hash"]
     quoted = speedup if same and f.finite(speedup) is not None else e.speedup
@@ -368,7 +370,7 @@ def _tree_legend_svg(legend: Sequence[tuple[str, float, int]], top: float) -> li
     return parts
 
 
-def tree_svg(trajectory: Sequence[Evaluation], best: Any = None, title: str = "", speedup: Any = None) -> str:
+def tree_svg(trajectory: Sequence[Evaluation], best: object = None, title: str = "", speedup: object = None) -> str:
     """The search tree: the reference on top, each evaluation a dot under the one it improved or fixed.
 
     Dots are coloured by verdict, the best candidate ringed and labelled (with ``speedup``, the
@@ -426,7 +428,7 @@ def tree_svg(trajectory: Sequence[Evaluation], best: Any = None, title: str = ""
     return "\n".join(parts)
 
 
-def curves_svg(curves: Mapping[str, Any], min_speedup: float | None, title: str = "") -> str:
+def curves_svg(curves: Mapping[str, object], min_speedup: float | None, title: str = "") -> str:
     """Best-so-far speedup against evaluations, one step line per strategy (per run when a strategy
     ran more than once), so searches of different kinds compare on the same budget axis."""
     series: list[tuple[str, list[tuple[int, float | None]]]] = []
@@ -504,7 +506,7 @@ def _target_section(t: Mapping[str, Any], min_speedup: float | None, anchor: str
     return "\n".join(out)
 
 
-def _search_figures(t: Mapping[str, Any], min_speedup: float | None) -> list[str]:
+def _search_figures(t: Mapping[str, JSON], min_speedup: float | None) -> list[str]:
     """The trajectory, the tree (when the search branched) and the per-strategy curves."""
     out = ["<h3>Search trajectory</h3>"]
     trajectory = rows_of(Evaluation, t.get("trajectory"))
