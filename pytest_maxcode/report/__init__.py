@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._files import write_atomic
+from ..model.jsontypes import JSON
 from ..model.report import SearchSummary, row_of
 from ._format import (
     REMEASURE_REPEATS,
@@ -78,14 +79,14 @@ _STATUS_STYLE = {
 }
 
 
-def load_schema() -> dict[str, Any]:
+def load_schema() -> dict[str, JSON]:
     """The report's JSON Schema (draft 2020-12), read fresh so callers may mutate their copy."""
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
-        schema: dict[str, Any] = json.load(fh)
+        schema: dict[str, JSON] = json.load(fh)
     return schema
 
 
-def validate(report: Any) -> list[str]:
+def validate(report: object) -> list[str]:
     """Every way ``report`` breaks the schema, one message each (empty when it conforms).
 
     jsonschema is an optional dependency: only tools and tests that validate need it.
@@ -117,7 +118,7 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def write_reports(report: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
+def write_reports(report: Mapping[str, JSON], out_dir: Path) -> dict[str, Path]:
     """Write ``report.json``, ``summary.md`` and ``report.html`` into ``out_dir`` (created if needed).
 
     Returns the paths keyed ``json``, ``markdown`` and ``html``.

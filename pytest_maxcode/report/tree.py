@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._styles import STATUS_STYLE
+from ..model.jsontypes import JSON
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -36,22 +37,25 @@ __all__ = [
 
 CORRECT = ("faster", "not_faster")
 
+#: a node, as the store or a report's trajectory gives it: what the functions that pick nodes hand back
+N = TypeVar("N", bound=Mapping[str, JSON])
+
 # The terminal colours of _styles.STATUS_STYLE, plus the one status only a tree has.
 _FORMAT_STYLE = "magenta"
 
 
-def _num(x: Any) -> float | None:
+def _num(x: object) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     x = float(x)
     return x if math.isfinite(x) else None
 
 
-def _ordered(nodes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _ordered(nodes: Iterable[N]) -> list[N]:
     return sorted(nodes, key=lambda n: (n.get("id") is None, n.get("id") or 0))
 
 
-def best_key(node: Mapping[str, Any]) -> tuple[float, float] | None:
+def best_key(node: Mapping[str, JSON]) -> tuple[float, float] | None:
     """How a ``faster`` node ranks against the others (None for any other status): the lowest own
     time first (every evaluation times the reference in its own process, so a candidate's own
     median is what compares across evaluations), then the highest speedup where no time was kept.
@@ -83,13 +87,13 @@ def build_tree(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return roots
 
 
-def best_so_far_curve(nodes: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
+def best_so_far_curve(nodes: Iterable[Mapping[str, JSON]]) -> list[list[float | None]]:
     """``[[i, best], ...]``: after the i-th evaluation (1-based, id order), the confirmed speedup
     of :func:`best_node` among the first i, or None while none was ``faster``.
 
     The curve ends on the number ``maxcode show`` and the report quote for the same nodes.
     """
-    out: list[list[Any]] = []
+    out: list[list[float | None]] = []
     best: tuple[float, float] | None = None
     value: float | None = None
     for i, n in enumerate(_ordered(nodes), start=1):
@@ -100,14 +104,14 @@ def best_so_far_curve(nodes: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
     return out
 
 
-def curve_label(strategy: str, run_id: Any, shared: bool) -> str:
+def curve_label(strategy: str, run_id: object, shared: bool) -> str:
     """``beam``, or ``beam (run 3)`` when several runs used the same strategy."""
     if not shared:
         return strategy
     return f"{strategy} (run {run_id})" if run_id is not None else f"{strategy} (no run)"
 
 
-def curves_by_strategy(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[list[Any]]]:
+def curves_by_strategy(nodes: Iterable[Mapping[str, JSON]]) -> dict[str, list[list[float | None]]]:
     """One best-so-far curve per (run, strategy), keyed by the strategy's name.
 
     Give it one target's nodes across runs (``Store.nodes(target_id)``). Each run's search
@@ -115,7 +119,7 @@ def curves_by_strategy(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[lis
     keys become ``"<strategy> (run <run_id>)"``; otherwise the key is the strategy alone.
     Keys are in the order the runs started (their first node's id).
     """
-    groups: dict[tuple[Any, str], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[JSON, str], list[Mapping[str, JSON]]] = {}
     for n in _ordered(nodes):
         groups.setdefault((n.get("run_id"), str(n.get("strategy") or "?")), []).append(n)
     runs_per_strategy: dict[str, int] = {}
@@ -127,10 +131,10 @@ def curves_by_strategy(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[lis
     }
 
 
-def best_node(nodes: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def best_node(nodes: Iterable[N]) -> N | None:
     """The node a search keeps: among the ``faster`` ones, the lowest own time (see
     :func:`best_key`). None when no node was ``faster``: a merely correct node is never best."""
-    best: Mapping[str, Any] | None = None
+    best: N | None = None
     top: tuple[float, float] | None = None
     for n in _ordered(nodes):
         key = best_key(n)
@@ -139,7 +143,7 @@ def best_node(nodes: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return best
 
 
-def node_interval(node: Mapping[str, Any]) -> tuple[float, float] | None:
+def node_interval(node: Mapping[str, JSON]) -> tuple[float, float] | None:
     """The node's 95% interval where the nodes carry one (``speedup_ci``, or ``ci_low``/``ci_high``)."""
     ci = node.get("speedup_ci")
     lo, hi = (ci[0], ci[1]) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (node.get("ci_low"), node.get("ci_high"))
@@ -155,7 +159,7 @@ def _fmt_cost(cost: float | None) -> str:
     return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
 
 
-def _fmt_reward(r: Any) -> str:
+def _fmt_reward(r: object) -> str:
     v = _num(r)
     return "-" if v is None else f"{v:.3g}"
 
@@ -204,7 +208,7 @@ def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: 
     return line
 
 
-def _header(run_nodes: Sequence[Mapping[str, Any]]) -> str:
+def _header(run_nodes: Sequence[Mapping[str, JSON]]) -> str:
     first = run_nodes[0]
     run = first.get("run_id")
     strategies = sorted({str(n.get("strategy", "?")) for n in run_nodes})
@@ -215,7 +219,7 @@ def _header(run_nodes: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def render_tree(nodes: Sequence[Mapping[str, Any]], console: Console, llm_costs: Mapping[int, float]) -> None:
+def render_tree(nodes: Sequence[Mapping[str, JSON]], console: Console, llm_costs: Mapping[int, float]) -> None:
     """Print each run's search tree: one line per node (see :func:`node_line`), children
     indented under their parent, the run's best node marked ``<- best``.
 
@@ -228,7 +232,7 @@ def render_tree(nodes: Sequence[Mapping[str, Any]], console: Console, llm_costs:
     if not nodes:
         console.print(Text("no nodes", style="dim"))
         return
-    by_run: dict[Any, list[Mapping[str, Any]]] = {}
+    by_run: dict[JSON, list[Mapping[str, JSON]]] = {}
     for n in _ordered(nodes):
         by_run.setdefault(n.get("run_id"), []).append(n)
     for run_nodes in by_run.values():
@@ -236,7 +240,7 @@ def render_tree(nodes: Sequence[Mapping[str, Any]], console: Console, llm_costs:
         best_id = top.get("id") if top is not None else None
         tree = Tree(Text(_header(run_nodes), style="bold"), guide_style="dim")
 
-        stack: list[tuple[Any, Mapping[str, Any]]] = [(tree, r) for r in reversed(build_tree(run_nodes))]
+        stack: list[tuple[Tree, Mapping[str, Any]]] = [(tree, r) for r in reversed(build_tree(run_nodes))]
         while stack:  # depth-first, children oldest first; no recursion, however deep the search went
             branch, node = stack.pop()
             sub = branch.add(node_line(node, llm_costs, best=node.get("id") == best_id))
