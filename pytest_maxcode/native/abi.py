@@ -18,10 +18,17 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import struct
+import types
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.types import Device
+
+#: an output to allocate: its shape and dtype
+OutMeta = tuple[Sequence[int], torch.dtype]
 
 ENTRY_POINT = "maxcode_run"
 
@@ -79,14 +86,14 @@ class AbiError(TypeError):
     """An argument that the native ABI cannot carry."""
 
 
-def dtype_code(dtype: Any) -> tuple[int, int]:
+def dtype_code(dtype: object) -> tuple[int, int]:
     try:
         return _DTYPE_CODES[str(dtype)]
     except KeyError:
         raise AbiError(f"dtype {dtype} has no DLPack code that maxcode_run accepts") from None
 
 
-def as_abi_tensors(values: Sequence[Any], device: Any = None) -> list[Any]:
+def as_abi_tensors(values: Sequence[object], device: Device = None) -> list[torch.Tensor]:
     """Map the reference's arguments to tensors: Python scalars become 0-d tensors.
 
     int -> int64, float -> float64, bool -> bool, as DESIGN.md section 4 fixes.
@@ -113,7 +120,7 @@ def as_abi_tensors(values: Sequence[Any], device: Any = None) -> list[Any]:
 _DLTENSOR = struct.Struct("<QiiiBBHQQQ")
 assert _DLTENSOR.size == ctypes.sizeof(DLTensor) == 48
 _BY_RANK: dict[int, struct.Struct] = {}
-_BY_DTYPE: dict[Any, tuple[int, int]] = {}
+_BY_DTYPE: dict[torch.dtype, tuple[int, int]] = {}
 
 
 def _dims(ndim: int) -> struct.Struct:
@@ -124,7 +131,7 @@ def _dims(ndim: int) -> struct.Struct:
     return packer
 
 
-def _code(dtype: Any) -> tuple[int, int]:
+def _code(dtype: torch.dtype) -> tuple[int, int]:
     try:
         return _BY_DTYPE[dtype]
     except KeyError:
@@ -141,7 +148,7 @@ class TensorArray:
 
     __slots__ = ("_keep", "address", "buffer", "count")
 
-    def __init__(self, tensors: Sequence[Any]) -> None:
+    def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
         n = len(tensors)
         self.count = n
         dims = [t.dim() for t in tensors]
@@ -171,7 +178,7 @@ class TensorArray:
         self._keep = tensors  # the memory the descriptors point into
 
     @property
-    def array(self) -> Any:
+    def array(self) -> ctypes.Array[DLTensor]:
         """A typed view, for inspection (tests, debugging); the call itself uses ``address``."""
         return (DLTensor * max(self.count, 1)).from_buffer(self.buffer)
 
@@ -221,10 +228,10 @@ class KernelError(RuntimeError):
         self.rc = rc
 
 
-_HELPER: list[Any] = []  # the compiled call path, once use_helper has loaded it
+_HELPER: list[types.ModuleType] = []  # the compiled call path, once use_helper has loaded it
 
 
-def use_helper(path: str) -> Any:
+def use_helper(path: str) -> types.ModuleType:
     """Load the compiled call path from ``path`` (a sealed copy the trusted side verified);
     from then on :func:`call_native` and :func:`call_into` go through it. Raises ImportError
     or OSError when it does not load (the ctypes path then stays). It links against torch's
@@ -242,19 +249,19 @@ def use_helper(path: str) -> Any:
     return module
 
 
-def helper() -> Any:
+def helper() -> types.ModuleType | None:
     """The compiled call path, or None (ctypes then)."""
     return _HELPER[0] if _HELPER else None
 
 
 def call_native(
     kernel: NativeKernel,
-    args: Sequence[Any],
-    extras: Sequence[Any],
-    out_meta: Sequence[tuple[Any, Any]],
-    device: Any,
+    args: Sequence[object],
+    extras: Sequence[torch.Tensor],
+    out_meta: Sequence[OutMeta],
+    device: Device,
     stream: int | None = None,
-) -> list[Any]:
+) -> list[torch.Tensor]:
     """One call as users pay for it: allocate the outputs, marshal, run.
 
     The runtime dispatcher calls this, and the oracle times this same function, so a
@@ -269,8 +276,8 @@ def call_native(
     return call_native_ctypes(kernel, args, extras, out_meta, device, stream)
 
 
-def call_into(kernel: NativeKernel, args: Sequence[Any], extras: Sequence[Any], outs: Sequence[Any],
-              alloc_meta: Sequence[tuple[Any, Any]] | None, device: Any, stream: int | None = None) -> int:
+def call_into(kernel: NativeKernel, args: Sequence[object], extras: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
+              alloc_meta: Sequence[OutMeta] | None, device: Device, stream: int | None = None) -> int:
     """A call that writes into ``outs``; ``alloc_meta``'s tensors are allocated and dropped
     first, so it costs what :func:`call_native` costs. Returns the kernel's code.
 
@@ -285,12 +292,12 @@ def call_into(kernel: NativeKernel, args: Sequence[Any], extras: Sequence[Any], 
 
 def call_native_ctypes(
     kernel: NativeKernel,
-    args: Sequence[Any],
-    extras: Sequence[Any],
-    out_meta: Sequence[tuple[Any, Any]],
-    device: Any,
+    args: Sequence[object],
+    extras: Sequence[torch.Tensor],
+    out_meta: Sequence[OutMeta],
+    device: Device,
     stream: int | None = None,
-) -> list[Any]:
+) -> list[torch.Tensor]:
     """:func:`call_native` through ``struct`` and ``ctypes``: where the helper is not built."""
     outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in out_meta]
     rc = kernel.run(TensorArray(as_abi_tensors(args, device) + list(extras)), TensorArray(outs), stream)
