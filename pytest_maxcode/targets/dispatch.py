@@ -21,10 +21,16 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .handle import TargetHandle
 from .lock import LOCK_NAME, LockEntry
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..native.abi import NativeKernel, OutMeta
+    from ..native.build import BuildResult
 
 
 def entry_state(entry: LockEntry, root: Path, reference_hash: str | None) -> tuple[str, str]:
@@ -77,7 +83,7 @@ def install(handle: TargetHandle, entry: LockEntry, root: Path) -> None:
     handle.reason = why
 
 
-_TRACED: list[Any] = []
+_TRACED: list[NativeDispatcher | CompatDispatcher] = []
 
 
 def _write_trace() -> None:
@@ -93,7 +99,7 @@ def _write_trace() -> None:
 atexit.register(_write_trace)
 
 
-def arg_key(values: Sequence[Any]) -> str:
+def arg_key(values: Sequence[object]) -> str:
     """The input signature that fixes output shapes: ``float32[64,1024]|float32[1024]|float=0.5``."""
     import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
@@ -124,7 +130,7 @@ def install_forced(handle: TargetHandle, spec: dict[str, Any]) -> None:
     handle.reason = f"candidate under verification: {kernel.name}"
 
 
-def arg_class(v: Any) -> tuple:
+def arg_class(v: object) -> tuple:
     """What verification fixed about an argument: dtype, rank and contiguity (not sizes), and a
     non-contiguous tensor's strides: a kernel verified on one such layout (a transpose, told
     its strides by the prompt) may read only that one, and ``x[:, ::2]`` of the same shape and
@@ -141,7 +147,7 @@ def arg_class(v: Any) -> tuple:
     return (type(v).__name__,)
 
 
-def _hashable(value: Any) -> Any:
+def _hashable(value: object) -> object:
     """A lock's nested lists (a layout's strides) as tuples, to compare with ``arg_class``."""
     return tuple(_hashable(x) for x in value) if isinstance(value, list) else value
 
@@ -178,7 +184,7 @@ def active_mode() -> str:
     return ""
 
 
-def unplain(t: Any) -> str:
+def unplain(t: torch.Tensor) -> str:
     """Why a kernel must not read ``t``'s memory in place of the reference ('' when it may).
 
     The kernel sees raw memory; the reference sees what torch makes of it. They differ for a
@@ -230,7 +236,7 @@ class NativeDispatcher:
         # output shapes recorded at verification; other signatures learn theirs on first call.
         # Outputs only the reference can hand back ("other": a scalar, a named tuple) are never
         # learned, so such calls stay with the reference.
-        self.out_meta: dict[str, list[tuple[Any, Any]]] = {} if lock_pack == "other" else {
+        self.out_meta: dict[str, list[OutMeta]] = {} if lock_pack == "other" else {
             key: [(tuple(shape), getattr(torch, dtype)) for shape, dtype in outs]
             for key, outs in entry.extra.get("outputs", {}).items()
         }
@@ -246,12 +252,12 @@ class NativeDispatcher:
         #: call plans by the helper's argument signature: calls that every check below already
         #: let through once, with the same dtypes, devices, contiguity, sizes and scalar values;
         #: each holds the output metadata and the pack
-        self.plans: dict[bytes, tuple[list[tuple[Any, Any]], type | None]] = {}
+        self.plans: dict[bytes, tuple[list[OutMeta], type | None]] = {}
         self.is_module = handle.kind == "module"
         #: a module whose layers read ``training``, verified in eval mode: no kernel in training mode
         self.eval_only = self.is_module and bool(entry.extra.get("eval_only"))
         #: a module target's parameters then buffers, per instance (see :meth:`_members`)
-        self._extras: dict[int, tuple[Any, tuple[tuple[dict, tuple], ...], list[Any] | None]] = {}
+        self._extras: dict[int, tuple[weakref.ref[torch.nn.Module], tuple[tuple[dict, tuple], ...], list[torch.Tensor] | None]] = {}
 
     def _fallback(self, key: str, message: str) -> None:
         self.handle.warn_once(key, f"{message}; using the reference")
@@ -262,7 +268,7 @@ class NativeDispatcher:
         except Exception as e:  # noqa: BLE001 - the first call reports it and falls back
             self.handle.warn_once("load", f"the kernel under verification does not load ({e})")
 
-    def _load(self) -> Any:
+    def _load(self) -> NativeKernel:
         with self.lock:
             if self.kernel is None:
                 # the ABI and the build load ctypes and the compiler's tools: keeps start-up fast
@@ -288,7 +294,7 @@ class NativeDispatcher:
                     self.fast = helper
         return self.kernel
 
-    def _verified_build(self) -> Any:
+    def _verified_build(self) -> BuildResult:
         """Build (or reuse) the kernel's library and check its hash; never a library that changed.
 
         A cached library that no longer hashes to its build record is rebuilt by the build
@@ -320,7 +326,7 @@ class NativeDispatcher:
         build.verified_library(result)
         return result
 
-    def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def __call__(self, ref: Callable[..., object], args: tuple, kwargs: dict) -> object:
         fast = self.fast
         if fast is not None and not kwargs:
             if self.is_module:
@@ -412,7 +418,7 @@ class NativeDispatcher:
         members = self._members(args[0])
         return None if members is None else self.fast.signature((*call_args, *members))
 
-    def _members(self, module: Any) -> list[Any] | None:
+    def _members(self, module: torch.nn.Module) -> list[torch.Tensor] | None:
         """``module``'s parameters then buffers (the ABI's extras), kept per instance: walking
         ``named_parameters()`` costs more than a small kernel's whole call. Kept only while every
         submodule's parameter, buffer and child dictionaries hold the very objects they held when
@@ -437,7 +443,7 @@ class NativeDispatcher:
         self._extras[key] = (weakref.ref(module, lambda _, key=key: self._extras.pop(key, None)), dicts, extras)
         return extras
 
-    def _other_module(self, named: list[tuple[str, Any, str]]) -> str | None:
+    def _other_module(self, named: list[tuple[str, torch.Tensor, str]]) -> str | None:
         """Why a module instance's parameters and buffers (``introspect.abi_extras``) may not reach
         the kernel: they differ from the configuration the lock says it was verified on, or the
         lock does not say (an entry written before it recorded one: a native kernel reads raw
@@ -531,7 +537,7 @@ class CompatDispatcher:
         except Exception as e:  # noqa: BLE001
             self.handle.warn_once("load", f"the kernel under verification does not load ({e})")
 
-    def _load(self) -> Any:
+    def _load(self) -> Callable[..., object]:
         spec = importlib.util.spec_from_file_location(f"maxcode_kernel_{self.handle.id.replace('.', '_')}", self.path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -542,7 +548,7 @@ class CompatDispatcher:
             raise RuntimeError(f"{self.path.name} defines no {name}")
         return impl
 
-    def __call__(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def __call__(self, ref: Callable[..., object], args: tuple, kwargs: dict) -> object:
         if getattr(self._inside, "active", False):
             # the kernel calls the target itself (a compiled copy of the reference's forward, a
             # subclass's super().forward()): that inner call is the reference's, not the kernel again
@@ -565,7 +571,7 @@ class CompatDispatcher:
         finally:
             self._inside.active = False
 
-    def _instance(self, module: Any) -> Any:
+    def _instance(self, module: torch.nn.Module) -> Callable[..., object]:
         """The kernel's module for this live one: built around it where ``ModelNew`` says how
         (``maxcode_from``: its weights and constructor's arguments, shared), else built with no
         arguments and given a copy of its weights."""
