@@ -12,20 +12,38 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
 from .._extras import require
 from ..bench.problems import find_problems, scaled_source
 from ..errors import MaxcodeError
+from ..model.jsontypes import JSON
 from ..oracle.check import CheckConfig, Oracle
 from ..search.prompts import PromptContext, permitted_block, user_message
 from ..search.state import SearchState
 from .problems import RLProblem, captured_files, kernelbench_problem, target_problem
 
+if TYPE_CHECKING:
+    from .curriculum import Curriculum
+
 _BLOCK = re.compile(r"## Techniques permitted in this stage\n.*?(?:\n\n|\Z)", re.DOTALL)
 _TASK = "## Your task now"
+
+
+class _Row(TypedDict):
+    prompt: list[dict[str, str]]
+    problem: str
+    problem_id: str
+    format: str
+    lang: str
+
+
+class DatasetRow(_Row, total=False):
+    """One row of a training dataset: the columns the reward reads back (``permitted`` only when given)."""
+
+    permitted: list[str]
 
 
 def native_lang(device: str) -> str:
@@ -90,7 +108,7 @@ def _describe(device: str, describe_device: bool) -> dict[str, Any]:
     return describe(device)
 
 
-def _measured(problem: RLProblem, device: str) -> list[dict[str, Any]]:
+def _measured(problem: RLProblem, device: str) -> list[dict[str, JSON]]:
     """The output shapes and dtypes, from one run of the reference in an oracle worker (in a
     scratch folder: building a dataset leaves nothing behind)."""
     scratch = tempfile.TemporaryDirectory(prefix="maxcode-rl-")
@@ -110,7 +128,7 @@ def _measured(problem: RLProblem, device: str) -> list[dict[str, Any]]:
 
 
 def _rows(problems: list[tuple[RLProblem, str]], fmt: str, device: str | None, permitted: Sequence[str] | None,
-          curriculum: Any, describe_device: bool, measure: bool) -> list[dict[str, Any]]:
+          curriculum: Curriculum | None, describe_device: bool, measure: bool) -> list[DatasetRow]:
     """Rows for the datasets. Parameters because they are the dataset builders' own options passed
     through unchanged."""
     device = device or default_device()
@@ -120,7 +138,7 @@ def _rows(problems: list[tuple[RLProblem, str]], fmt: str, device: str | None, p
     for problem, column in problems:
         allowed = permitted if permitted is not None else (curriculum.permitted(problem) if curriculum is not None else None)
         workloads = _measured(problem, device) if measure else None
-        row: dict[str, Any] = {
+        row: DatasetRow = {
             "prompt": prompt_messages(problem, fmt, lang, device=device, device_info=info, workloads=workloads, permitted=allowed),
             "problem": column,
             "problem_id": problem.id,
@@ -133,7 +151,7 @@ def _rows(problems: list[tuple[RLProblem, str]], fmt: str, device: str | None, p
     return rows
 
 
-def _maybe_dataset(rows: list[dict[str, Any]], as_dataset: bool, curriculum: Any) -> Any:
+def _maybe_dataset(rows: list[DatasetRow], as_dataset: bool, curriculum: Curriculum | None) -> Any:
     if not as_dataset:
         return rows
     datasets = require("datasets", "as_dataset=True")
@@ -142,7 +160,7 @@ def _maybe_dataset(rows: list[dict[str, Any]], as_dataset: bool, curriculum: Any
 
 
 def kernelbench_dataset(root: str | Path, level: int, problems: str | None = None, scale: float = 1.0, fmt: str = "native", *,
-                        device: str | None = None, permitted: Sequence[str] | None = None, curriculum: Any = None,
+                        device: str | None = None, permitted: Sequence[str] | None = None, curriculum: Curriculum | None = None,
                         work_dir: str | Path | None = None, describe_device: bool = True, measure: bool = False,
                         as_dataset: bool = False) -> Any:
     """One row per KernelBench problem: ``prompt`` (chat messages), ``problem`` (the file the
@@ -174,7 +192,7 @@ def kernelbench_dataset(root: str | Path, level: int, problems: str | None = Non
 
 
 def targets_dataset(root: str | Path, fmt: str = "native", targets: Sequence[str] | None = None, *, device: str | None = None,
-                    permitted: Sequence[str] | None = None, curriculum: Any = None, describe_device: bool = True,
+                    permitted: Sequence[str] | None = None, curriculum: Curriculum | None = None, describe_device: bool = True,
                     measure: bool = False, as_dataset: bool = False) -> Any:
     """One row per target a ``pytest --maxcode`` run captured under ``root/.maxcode/inputs/``.
 

@@ -21,12 +21,13 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from ..errors import MaxcodeError
+from ..model.candidate import CandidateSpec
 from ..model.verdict import Verdict
 from ..oracle.check import CheckConfig, Oracle
 from ..search.policy import materialize
@@ -38,8 +39,11 @@ from .problems import RLProblem, cache_key, problem_id, resolve
 
 SCALES = ("linear", "log")
 
+#: a completion as TRL passes it: the text, or a conversation's messages (one message alone, too)
+Completion = Union[str, Sequence[object], Mapping[str, object], None]
 
-def completion_text(completion: Any) -> str:
+
+def completion_text(completion: Completion) -> str:
     """The text of a completion: a string, or TRL's conversational list of messages (the
     assistant's contents joined; content given as typed parts is read for its text)."""
     if isinstance(completion, str):
@@ -128,18 +132,18 @@ class OracleReward:
 
     # -- TRL's entry points --------------------------------------------------------------
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+    def __call__(self, prompts: Sequence[object] | None = None, completions: Sequence[Completion] | None = None,
                  **kwargs: Any) -> list[float]:
         return self.rewards(prompts, completions, **kwargs)
 
-    def rewards(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+    def rewards(self, prompts: Sequence[object] | None = None, completions: Sequence[Completion] | None = None,
                 **kwargs: Any) -> list[float]:
         verdicts = self.evaluate(completions or [], **kwargs)
         values = [score(v, self.scale) for v in verdicts]
         _log(kwargs, verdicts)
         return values
 
-    async def acall(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+    async def acall(self, prompts: Sequence[object] | None = None, completions: Sequence[Completion] | None = None,
                     **kwargs: Any) -> list[float]:
         """The same rewards, computed in a thread: the event loop (TRL's other async reward
         functions, an async trainer's generation) goes on while candidates build and run."""
@@ -147,8 +151,9 @@ class OracleReward:
 
     # -- evaluation ----------------------------------------------------------------------
 
-    def evaluate(self, completions: Sequence[Any], *, problem: Sequence[Any] | None = None, format: Sequence[Any] | None = None,
-                 lang: Sequence[Any] | None = None, permitted: Sequence[Any] | None = None, **_: Any) -> list[Verdict]:
+    def evaluate(self, completions: Sequence[Completion], *, problem: Sequence[object] | None = None,
+                 format: Sequence[str | None] | None = None, lang: Sequence[str | None] | None = None,
+                 permitted: Sequence[Sequence[str] | None] | None = None, **_: object) -> list[Verdict]:
         """One verdict per completion, in order (``last_verdicts`` keeps them for inspection)."""
         n = len(completions)
         if problem is None:
@@ -158,7 +163,7 @@ class OracleReward:
             if col is not None and len(col) != n:
                 raise MaxcodeError(f"the {key} column has {len(col)} values for {n} completions")
         verdicts: list[Verdict | None] = [None] * n
-        groups: dict[str, tuple[_Slot, list[tuple[int, Any]]]] = {}
+        groups: dict[str, tuple[_Slot, list[tuple[int, CandidateSpec]]]] = {}
         held: list[_Slot] = []
         try:
             for i, completion in enumerate(completions):
@@ -199,7 +204,7 @@ class OracleReward:
             return permitted_reason(permitted, code) if permitted is not None else None
         return self.curriculum.barred(problem.id, code) if self.curriculum is not None else None
 
-    def _check(self, slot: _Slot, items: list[tuple[int, Any]]) -> list[tuple[int, Verdict]]:
+    def _check(self, slot: _Slot, items: list[tuple[int, CandidateSpec]]) -> list[tuple[int, Verdict]]:
         with slot.lock:
             known = {s.hash: slot.verdicts[s.hash] for _, s in items if s.hash in slot.verdicts}
             # equal completions in one group (GRPO samples often agree) are checked once
@@ -215,7 +220,7 @@ class OracleReward:
                         slot.verdicts.popitem(last=False)
             return [(i, known[s.hash]) for i, s in items]
 
-    def _problem(self, problem: Any) -> RLProblem:
+    def _problem(self, problem: object) -> RLProblem:
         """What a row's ``problem`` names, resolved once (files are parsed, never run, here)."""
         key = cache_key(problem)
         found = self._problems.get(key)
@@ -277,7 +282,7 @@ class OracleReward:
     def __enter__(self) -> "OracleReward":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -285,7 +290,7 @@ class AsyncOracleReward(OracleReward):
     """The reward as an async callable, for trainers that await reward functions (TRL checks
     ``__call__`` for ``async`` since 1.x; older TRL checks only functions: use ``async_reward``)."""
 
-    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,  # type: ignore[override]
+    async def __call__(self, prompts: Sequence[object] | None = None, completions: Sequence[Completion] | None = None,  # type: ignore[override]
                         **kwargs: Any) -> list[float]:
         return await self.acall(prompts, completions, **kwargs)
 
@@ -294,14 +299,15 @@ def async_reward(reward: OracleReward, name: str | None = None) -> Callable[...,
     """``reward`` as a plain ``async def`` function named ``name`` (default: the reward's):
     what any TRL version that takes async reward functions recognises (``inspect.iscoroutinefunction``)."""
 
-    async def fn(prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
+    async def fn(prompts: Sequence[object] | None = None, completions: Sequence[Completion] | None = None,
+                 **kwargs: Any) -> list[float]:
         return await reward.acall(prompts, completions, **kwargs)
 
     fn.__name__ = fn.__qualname__ = name or reward.__name__
     return fn
 
 
-def _log(kwargs: dict[str, Any], verdicts: list[Verdict]) -> None:
+def _log(kwargs: Mapping[str, object], verdicts: list[Verdict]) -> None:
     """What TRL >= 1.x lets a reward function add to its logs: each completion's status, and
     the share that compiled and that were correct."""
     extra, metric = kwargs.get("log_extra"), kwargs.get("log_metric")
@@ -312,7 +318,7 @@ def _log(kwargs: dict[str, Any], verdicts: list[Verdict]) -> None:
         metric("maxcode/compiled", sum(v.status not in ("format", "compile_error") for v in verdicts) / len(verdicts))
 
 
-def _materialize(out_dir: Path, code: str, lang: str) -> Any:
+def _materialize(out_dir: Path, code: str, lang: str) -> CandidateSpec:
     try:
         return materialize(out_dir, code, lang, "rl")
     except FileNotFoundError:  # another call wrote the same file at the same moment: it is there now
