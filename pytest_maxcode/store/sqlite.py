@@ -19,11 +19,13 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import MaxcodeError
+from ..model.jsontypes import JSON
 from ..model.search import NodeRow
 
 #: the columns of an evaluation that its digest covers (all but its id)
@@ -33,7 +35,7 @@ EVALUATION_COLUMNS = (
 )
 
 
-def evaluation_digest(row: Any) -> str:
+def evaluation_digest(row: sqlite3.Row) -> str:
     """The sha256 of an evaluation row as stored (read back, so SQLite's own types are hashed)."""
     values = [row[c] for c in EVALUATION_COLUMNS]
     return hashlib.sha256(json.dumps([row["id"], *values]).encode()).hexdigest()
@@ -198,7 +200,7 @@ class LLMCallRow:
     request_key: str
     provider: str
     model: str
-    request: dict[str, Any]
+    request: dict[str, JSON]
     response: str
     source: str  # "api", "cache", "replay"
     scripted: bool = False
@@ -321,12 +323,12 @@ class Store:
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- runs -----------------------------------------------------------------------
 
-    def begin_run(self, command: str, tool_version: str, machine: dict[str, Any] | None = None) -> int:
+    def begin_run(self, command: str, tool_version: str, machine: Mapping[str, JSON] | None = None) -> int:
         """A new run, ``running`` in this process; unfinished runs of processes gone from this
         host (SIGKILL, a crash, a power cut) are marked ``killed`` first (see ``killed``)."""
         host = socket.gethostname()
@@ -540,7 +542,7 @@ class Store:
         return [r[0] for r in self.db.execute("SELECT DISTINCT target_id FROM nodes ORDER BY target_id")]
 
 
-def _where(**conds: Any) -> tuple[str, tuple]:
+def _where(**conds: object) -> tuple[str, tuple]:
     parts = [(k, v) for k, v in conds.items() if v is not None]
     if not parts:
         return "", ()
