@@ -22,10 +22,14 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from .._extras import require
 from ..errors import MaxcodeError
+
+if TYPE_CHECKING:
+    from github import Github
 
 TOKEN_VARS = ("GITHUB_TOKEN", "GH_TOKEN")
 DEFAULT_API = "https://api.github.com"
@@ -56,7 +60,7 @@ def scrub(text: str, *secrets: str) -> str:
     return re.sub(r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})\b", "***", text)
 
 
-def pygithub() -> Any:
+def pygithub() -> ModuleType:
     return require("github", "talking to GitHub (maxcode pr, maxcode comment)")
 
 
@@ -112,7 +116,7 @@ def _retry_class() -> type:
             kw.update(max_wait=self.max_wait, announce=self.announce)
             return super().new(**kw)
 
-        def sleep(self, response: Any = None) -> None:
+        def sleep(self, response: object = None) -> None:
             after = self.get_retry_after(response) if response is not None and self.respect_retry_after_header else None
             wait = after if after else self.get_backoff_time()
             status = int(getattr(response, "status", 0) or 0)
@@ -141,7 +145,7 @@ def timeout_from_env() -> float:
 
 
 def client(api_url: str | None = None, *, timeout: float | None = None, max_wait: float = DEFAULT_MAX_WAIT,
-           announce: Callable[[str], None] | None = None) -> tuple[Any, str]:
+           announce: Callable[[str], None] | None = None) -> tuple[Github, str]:
     """A PyGithub client and the token it uses (so messages can be scrubbed of it). ``timeout``:
     seconds per request (default ``MAXCODE_GITHUB_TIMEOUT`` or 15); ``max_wait``: the longest
     rate-limit wait sat out; ``announce``: where a wait is announced (default stderr)."""
@@ -162,7 +166,7 @@ def client(api_url: str | None = None, *, timeout: float | None = None, max_wait
     return gh, token
 
 
-def _reset_of(e: Any) -> float | None:
+def _reset_of(e: BaseException) -> float | None:
     """When an exhausted rate limit resets (epoch seconds), from the answer's headers."""
     headers = {str(k).lower(): v for k, v in (getattr(e, "headers", None) or {}).items()}
     value = str(headers.get("x-ratelimit-reset") or "")
@@ -175,7 +179,7 @@ def _reset_of(e: Any) -> float | None:
 def _reasons(e: BaseException) -> list[BaseException]:
     """The exception, its causes and urllib3's ``reason``s: where a timeout hides in requests' wrappers."""
     seen: list[BaseException] = []
-    todo: list[Any] = [e]
+    todo: list[object] = [e]
     while todo:
         x = todo.pop()
         if not isinstance(x, BaseException) or any(x is s for s in seen):

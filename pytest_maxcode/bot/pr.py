@@ -27,16 +27,23 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from .._extras import require
 from ..apply import apply_target, is_program, range_held, written_paths
 from ..errors import MaxcodeError
+from ..model.jsontypes import JSON
 from ..model.report import BestKernel, Report, TargetResult, TargetStatus, parse_report, parse_target
 from ..targets.accept import EXTENSIONS, reference_hash_in_file
 from ..targets.lock import KERNELS_DIR, LOCK_NAME, LockEntry, parse_lock
 from . import memory, pr_body
 from .github import DEFAULT_MAX_WAIT, GitHubUnavailable, client, error, pygithub, scrub
+
+if TYPE_CHECKING:
+    from github import Github
+    from github.PullRequest import PullRequest
+    from github.Repository import Repository
 
 BRANCH_PREFIX = "maxcode/optimize-"
 DEFAULT_AUTHOR = "maxcode-bot <maxcode-bot@users.noreply.github.com>"
@@ -57,7 +64,7 @@ class Outcome:
         return f"{self.target}: {self.action}" + (f" {self.url}" if self.url else "") + (f" ({self.detail})" if self.detail else "")
 
 
-def _gitpython() -> Any:
+def _gitpython() -> ModuleType:
     return require("git", "maxcode pr")
 
 
@@ -72,7 +79,7 @@ def parse_author(text: str) -> tuple[str, str]:
     return m.group("name"), m.group("email")
 
 
-def why_not(t: TargetResult | Mapping[str, Any]) -> str | None:
+def why_not(t: TargetResult | Mapping[str, JSON]) -> str | None:
     """Why a target gets no pull request (None: it gets one)."""
     t = parse_target(t)
     if t.status != TargetStatus.VERIFIED or not t.verified:
@@ -121,7 +128,7 @@ def below_accepted(nums: pr_body.Numbers, margin: float) -> str | None:
 
 
 class Bot:
-    def __init__(self, root: Path, report: Report | Mapping[str, Any], *, repo_name: str, base: str | None, remote: str = "origin",
+    def __init__(self, root: Path, report: Report | Mapping[str, JSON], *, repo_name: str, base: str | None, remote: str = "origin",
                  author: str = DEFAULT_AUTHOR, draft: bool = False, labels: tuple[str, ...] = (), dry_run: bool = False,
                  api_url: str | None = None, max_wait: float = DEFAULT_MAX_WAIT, timeout: float | None = None,
                  reject_margin: float = memory.DEFAULT_REJECT_MARGIN,
@@ -145,7 +152,7 @@ class Bot:
         self.timeout = timeout
         self.reject_margin = reject_margin
         self.replace_margin = replace_margin
-        self.gh: Any = None
+        self.gh: Github | None = None
         self.token = ""
         self.suppressed: list[memory.Suppression] = []
         self._fetched = False
@@ -273,7 +280,7 @@ class Bot:
 
     # -- GitHub -----------------------------------------------------------------------------
 
-    def _connect(self) -> Any:
+    def _connect(self) -> Repository:
         if self.gh is None:
             self.gh, self.token = client(self.api_url, timeout=self.timeout, max_wait=self.max_wait)
         github = pygithub()
@@ -315,7 +322,7 @@ class Bot:
             memory.write_record(self.root, self.repo_name, self.base, self.suppressed)
         return outcomes
 
-    def _pulls(self, repo: Any, owner: str, branch: str) -> tuple[list[Any], list[Any]]:
+    def _pulls(self, repo: Any, owner: str, branch: str) -> tuple[list[PullRequest], list[PullRequest]]:
         """The bot's closed and open pull requests from ``branch`` into the base."""
         github = pygithub()
 
@@ -362,7 +369,7 @@ class Bot:
         replaces = f", replaces the accepted {nums.accepted:.3g}x" if nums.accepted else ""
         return Outcome(t.id, action, f"{nums.x}{replaces}, kernel {kernel_hash}", url)
 
-    def _open_or_update(self, repo: Any, open_prs: list[Any], branch: str, title: str, text: str) -> tuple[str, str]:
+    def _open_or_update(self, repo: Any, open_prs: list[PullRequest], branch: str, title: str, text: str) -> tuple[str, str]:
         """The open pull request from ``branch`` edited to this title and text, else a new one;
         returns what was done ("updated" or "opened") and the pull request's address."""
         github = pygithub()
@@ -383,6 +390,6 @@ class Bot:
         return action, pr.html_url
 
 
-def _git_error(e: Any, token: str) -> str:
+def _git_error(e: Exception, token: str) -> str:
     text = " ".join(str(getattr(e, "stderr", "") or e).split())
     return scrub(text, token)[:400]
