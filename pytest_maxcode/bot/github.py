@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._extras import require
 from ..errors import MaxcodeError
@@ -106,13 +106,13 @@ def _retry_class() -> type:
         """PyGithub's retry, with every rate-limit wait capped at ``max_wait`` and announced."""
 
         def __init__(self, *, max_wait: float = DEFAULT_MAX_WAIT, announce: Callable[[str], None] | None = None,
-                     **kwargs: Any) -> None:
+                     **kwargs: object) -> None:
             kwargs.setdefault("max_rate_limit_wait", max_wait)
             super().__init__(**kwargs)
             self.max_wait = max_wait
             self.announce = announce or _stderr
 
-        def new(self, **kw: Any) -> Any:
+        def new(self, **kw: object) -> BoundedRetry:
             kw.update(max_wait=self.max_wait, announce=self.announce)
             return super().new(**kw)
 

@@ -351,7 +351,7 @@ class NativeDispatcher:
                 return ref(*args)
         return self._checked(ref, args, kwargs)
 
-    def _checked(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def _checked(self, ref: Callable[..., Any], args: tuple, kwargs: dict) -> object:
         """Every check, then the call; a call that passed them all leaves a plan for its signature."""
         import torch  # torch is imported when a target runs, not with the package: keeps start-up fast
 
