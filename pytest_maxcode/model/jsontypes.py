@@ -1,5 +1,10 @@
-"""The type of a JSON value, for the values that really are JSON: a report read from disk, a
-row's unknown keys, a stored verdict. One definition at the bottom, so every layer names the same one."""
+"""The type of a JSON value, for the values that really are JSON (a report read from disk, a
+tensor layout, an LLM request as stored): one definition at the bottom, so every layer names
+the same one.
+
+``dict`` and ``list`` are invariant, so a ``dict[str, float]`` is not a ``dict[str, JSON]``: a
+parameter that only reads a JSON object takes ``Mapping[str, JSON]``, which any such dict is.
+"""
 
 from __future__ import annotations
 
@@ -7,5 +12,3 @@ from typing import TypeAlias, Union
 
 #: any value ``json.loads`` returns (and ``json.dumps`` takes)
 JSON: TypeAlias = Union[None, bool, int, float, str, "list[JSON]", "dict[str, JSON]"]
-#: a JSON object
-JSONObject: TypeAlias = "dict[str, JSON]"
