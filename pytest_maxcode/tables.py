@@ -1,10 +1,13 @@
-"""The parsers of the settings that are more than one value: the qd strategy's staged
-schedules (``[tool.maxcode.qd]``), program targets (``[tool.maxcode.programs]``) and the
+"""The parsers of the settings that are more than one value, and the frozen types they give:
+the qd strategy's staged schedules (``[tool.maxcode.qd]``: ``Schedule``), program targets
+(``[tool.maxcode.programs]``: ``ProgramTarget``), the regression gate
+(``[tool.maxcode.regressions]``: ``Regressions``), LLM prices (``prices``: ``Price``) and the
 observation parts of ``--maxcode-observation``.
 
 The bottom layer, beside ``options``: plain data and pure functions, importing nothing of the
-package, so the settings are checked when they are loaded without ``options`` importing the
-search or the targets, which use these parsers in turn.
+package, so the settings are parsed once, when they are loaded, without ``options`` importing
+the search or the targets, which read the parsed values. Each parser returns a value it is given
+already parsed as it is, so a ``Settings`` built from either is the same.
 """
 
 from __future__ import annotations
@@ -37,26 +40,52 @@ class Stage:
         return "any technique" if self.techniques is None else ", ".join(self.permitted() or ())
 
 
-def parse_stages(config: Any, target_id: str | None = None) -> list[Stage]:
-    """The schedule for ``target_id`` from the ``qd`` setting; ValueError says what to fix."""
-    if config is None:
-        return []
+@dataclass(frozen=True)
+class Schedule:
+    """``[tool.maxcode.qd]`` parsed: the default stages, and each target glob's own stages in the
+    table's order (the first glob that matches a target id wins)."""
+
+    stages: tuple[Stage, ...] = ()
+    targets: tuple[tuple[str, tuple[Stage, ...]], ...] = ()
+
+    def for_target(self, target_id: str | None) -> list[Stage]:
+        """The stages of ``target_id``: its first matching glob's, else the default ones."""
+        if target_id is not None:
+            for pattern, stages in self.targets:
+                if fnmatch.fnmatchcase(target_id, pattern):
+                    return list(stages)
+        return list(self.stages)
+
+    def schedules(self) -> list[tuple[Stage, ...]]:
+        """Every schedule in it, the default one first."""
+        return [self.stages, *(stages for _, stages in self.targets)]
+
+
+def parse_schedule(config: Any) -> Schedule:
+    """The ``qd`` setting, every schedule in it checked; ValueError says what to fix. A
+    ``Schedule`` is returned as it is."""
+    if isinstance(config, Schedule):
+        return config
     if not isinstance(config, Mapping):
         raise ValueError("[tool.maxcode.qd] must be a table: stages = [{steps = N, techniques = [...]}, ...]")
     unknown = set(config) - {"stages", "targets"}
     if unknown:
         raise ValueError(f"[tool.maxcode.qd] has no setting {sorted(unknown)[0]!r} (known: stages, targets)")
-    chosen, where = config.get("stages"), "[tool.maxcode.qd] stages"
-    for pattern, table in (config.get("targets") or {}).items():
+    raw_targets = config.get("targets") or {}
+    if not isinstance(raw_targets, Mapping):
+        raise ValueError("[tool.maxcode.qd] targets must be a table: [tool.maxcode.qd.targets.\"GLOB\"] with stages = [...]")
+    for pattern, table in raw_targets.items():
         if not isinstance(table, Mapping) or "stages" not in table:
             raise ValueError(f"[tool.maxcode.qd.targets.{pattern!r}] needs stages = [...]")
-        if target_id is not None and fnmatch.fnmatchcase(target_id, pattern):
-            chosen, where = table["stages"], f"[tool.maxcode.qd.targets.{pattern!r}] stages"
-            break
-    if target_id is None:  # validate every schedule
-        for pattern, table in (config.get("targets") or {}).items():
-            _stages(table["stages"], f"[tool.maxcode.qd.targets.{pattern!r}] stages")
-    return _stages(chosen, where) if chosen is not None else []
+    targets = tuple((str(pattern), tuple(_stages(table["stages"], f"[tool.maxcode.qd.targets.{pattern!r}] stages")))
+                    for pattern, table in raw_targets.items())
+    default = config.get("stages")
+    return Schedule(tuple(_stages(default, "[tool.maxcode.qd] stages")) if default is not None else (), targets)
+
+
+def parse_stages(config: Any, target_id: str | None = None) -> list[Stage]:
+    """The schedule for ``target_id`` from the ``qd`` setting (a table or a ``Schedule``)."""
+    return [] if config is None else parse_schedule(config).for_target(target_id)
 
 
 def _stages(raw: Any, where: str) -> list[Stage]:
@@ -214,8 +243,11 @@ class Regressions:
     runs: int = 5
 
 
-def parse_regressions(table: Mapping[str, Any] | None) -> Regressions:
-    """``[tool.maxcode.regressions]``, or ValueError naming the bad key."""
+def parse_regressions(table: Regressions | Mapping[str, Any] | None) -> Regressions:
+    """``[tool.maxcode.regressions]``, or ValueError naming the bad key. A ``Regressions`` is
+    returned as it is."""
+    if isinstance(table, Regressions):
+        return table
     table = dict(table or {})
     known = ("threshold", "thresholds", "timer", "runs")
     unknown = sorted(set(table) - set(known))
@@ -251,7 +283,10 @@ class Price:
 
 
 def parse_price(name: str, spec: Any) -> Price:
-    """One model's entry of the ``prices`` table, or ValueError saying how to fix it."""
+    """One model's entry of the ``prices`` table, or ValueError saying how to fix it. A ``Price``
+    is returned as it is."""
+    if isinstance(spec, Price):
+        return spec
     where = f"prices for {name!r}"
     if not isinstance(spec, Mapping):
         raise ValueError(f"{where} must be a table like {{input = 3, output = 15}} (USD per million tokens): fix the prices setting")
@@ -274,6 +309,7 @@ def parse_price(name: str, spec: Any) -> Price:
 
 
 def parse_prices(table: Mapping[str, Any]) -> dict[str, Price]:
+    """The ``prices`` setting, model name to ``Price``; parsed entries are kept as they are."""
     if not isinstance(table, Mapping):
         raise ValueError("prices must be a table of model = {input = ..., output = ...}")
     return {str(name): parse_price(str(name), spec) for name, spec in table.items()}
