@@ -32,7 +32,7 @@ from .remeasure import measurable_here
 from .report import REMEASURE_REPEATS, fmt_time, remeasure_command, remeasure_text, validate
 from .report.tree import best_node, render_tree
 from .sandbox.env import hide_own_environment
-from .tables import Regressions, parse_regressions
+from .tables import Regressions
 from .targets.accept import reference_hash_in_file
 from .targets.dispatch import entry_state
 from .targets.lock import find_lock, read_lock
@@ -889,13 +889,13 @@ def cmd_ablate(ns: argparse.Namespace) -> int:
 
 
 def _regressions_table(ns: argparse.Namespace) -> Regressions:
-    """``[tool.maxcode.regressions]`` (of ``--profile`` when given), parsed; one line if bad."""
-    table = None
+    """``[tool.maxcode.regressions]`` (of ``--profile`` when given), parsed when the settings are
+    loaded; the defaults without one; one line if bad."""
     pyproject = Path.cwd() / "pyproject.toml"
+    if not pyproject.is_file() and ns.profile is None:
+        return Regressions()
     try:
-        if pyproject.is_file() or ns.profile is not None:
-            table = options.load_settings({"profile": ns.profile}, pyproject).regressions
-        return parse_regressions(table)
+        return options.load_settings({"profile": ns.profile}, pyproject).regressions or Regressions()
     except ValueError as e:
         raise MaxcodeError(str(e)) from None
 

@@ -8,8 +8,9 @@ it ``--NAME``; pyproject.toml names it ``NAME`` in ``[tool.maxcode]`` or in a na
 ``[tool.maxcode.profiles.NAME]``, as Hypothesis's settings profiles do.
 
 ``load_settings`` resolves one run's settings once (the device included): the command line over
-the selected profile over ``[tool.maxcode]`` over the defaults. The bottom layer: it imports only
-``tables`` (the parsers of the settings that are tables) at module level.
+the selected profile over ``[tool.maxcode]`` over the defaults; the settings that are tables are
+parsed then, once, into ``tables``' frozen types. The bottom layer: it imports only ``tables``
+(the parsers and types of the settings that are tables) at module level.
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from .tables import parse_observation, parse_prices, parse_programs, parse_regressions, parse_stages
+from .tables import (
+    Price,
+    ProgramTarget,
+    Regressions,
+    Schedule,
+    parse_observation,
+    parse_prices,
+    parse_programs,
+    parse_regressions,
+    parse_schedule,
+)
 
 
 def parse_size(text: str) -> int:
@@ -225,11 +236,26 @@ class Settings:
     llm_cache: bool = setting(True, "answer a repeated LLM request from the store (it then costs nothing)", action="store_true", scopes=_F)
     max_tokens: int = setting(8192, "the reply's token limit, per LLM request", type=positive_int, scopes=_F)
     temperature: float = setting(1.0, "sampling temperature, per LLM request", type=non_negative_float, scopes=_F)
-    prices: Mapping[str, Any] | None = setting(None, "USD per million tokens, per model: input, output, cache_write, cache_read", kind="table", scopes=_F)
-    qd: Mapping[str, Any] | None = setting(None, "the qd strategy's staged schedule: stages = [...], and per-glob targets", kind="table", scopes=_F)
-    regressions: Mapping[str, Any] | None = setting(None, "maxcode compare: threshold = 0.1, and per-glob thresholds", kind="table", scopes=_F)
-    programs: Mapping[str, Any] | None = setting(None, "C++ program targets, one table each: source, testcases, ...", kind="table", scopes=_F)
+    prices: Mapping[str, Price] | None = setting(None, "USD per million tokens, per model: input, output, cache_write, cache_read", kind="table", scopes=_F)
+    qd: Schedule | None = setting(None, "the qd strategy's staged schedule: stages = [...], and per-glob targets", kind="table", scopes=_F)
+    regressions: Regressions | None = setting(None, "maxcode compare: threshold = 0.1, and per-glob thresholds", kind="table", scopes=_F)
+    programs: tuple[ProgramTarget, ...] | None = setting(None, "C++ program targets, one table each: source, testcases, ...", kind="table", scopes=_F)
     accept_range_limited: bool | tuple[str, ...] = setting(False, "true, or target-id globs: see accepts_range_limited", kind="range", scopes=_F)
+
+    def __post_init__(self) -> None:
+        """The tables typed however this was built: a raw table (a test's, a caller's) is parsed
+        here, a parsed one kept; ValueError as the table's parser words it. Program targets are
+        checked against the project root, which only ``load_settings`` knows: a raw table is refused."""
+        for name, parse in (("prices", parse_prices), ("qd", parse_schedule), ("regressions", parse_regressions)):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, parse(value))
+        if self.programs is not None:
+            programs = tuple(self.programs) if isinstance(self.programs, (list, tuple)) else None
+            if programs is None or not all(isinstance(p, ProgramTarget) for p in programs):
+                raise TypeError("programs: pass ProgramTargets; a [tool.maxcode.programs] table is parsed against its "
+                                "project root by load_settings (or tables.parse_programs(table, root))")
+            object.__setattr__(self, "programs", programs)
 
     def device_for(self, lang: str) -> str:
         """Where a target's candidates run: CUDA for a target declared ``lang='cuda'``, else the run's device."""
@@ -240,7 +266,8 @@ class Settings:
         return self.rerank_top if self.rerank_top is not None else max(1, self.k // 2)
 
     def replace(self, **changes: Any) -> Settings:
-        """A copy with some fields changed (not checked: ``load_settings`` checks what users give)."""
+        """A copy with some fields changed (not checked, but for a raw table, which is parsed:
+        ``load_settings`` checks what users give)."""
         return dataclasses.replace(self, **changes)
 
 
@@ -286,6 +313,10 @@ def _toml(value: Any) -> str:
     return repr(value)
 
 
+#: the type each table setting is parsed into, besides a mapping (``prices``' own type)
+_PARSED_TABLES: dict[str, type] = {"qd": Schedule, "regressions": Regressions, "programs": tuple}
+
+
 def file_value(name: str, value: Any) -> Any:
     """One value as pyproject.toml (or a caller) gives it, checked and converted by the parser
     its command-line option uses; raises ValueError(what is accepted) for a bad one."""
@@ -294,8 +325,8 @@ def file_value(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise ValueError("expected true or false (a TOML boolean, unquoted)")
         return value
-    if opt.kind == "table":
-        if not isinstance(value, Mapping):
+    if opt.kind == "table":  # a table as written, or (from a caller) already parsed
+        if not isinstance(value, (Mapping, _PARSED_TABLES.get(name, Mapping))):
             raise ValueError(f"expected a table ([tool.maxcode.{name}])")
         return value
     if opt.kind == "range":
@@ -390,19 +421,22 @@ def _file_layers(pyproject: Path | None, profile: str | None) -> tuple[dict[str,
     return base, checked.get(profile, {}) if profile is not None else {}
 
 
-def _check_tables(s: Settings, pyproject: Path | None) -> None:
-    """The tables' own parsers, their errors as one line."""
+def _parse_tables(merged: dict[str, Any], pyproject: Path | None) -> None:
+    """The tables of ``merged`` parsed in place, once, by their own parsers, their errors one
+    line; program targets against the project root, the folder of ``pyproject``."""
     try:
-        if s.prices is not None:
-            parse_prices(s.prices)
-        if s.regressions is not None:
-            parse_regressions(s.regressions)
+        for name, parse in (("prices", parse_prices), ("regressions", parse_regressions)):
+            if merged.get(name) is not None:
+                merged[name] = parse(merged[name])
     except ValueError as e:
         raise ValueError(f"{pyproject}: {e}" if pyproject is not None else str(e)) from None
-    if s.qd is not None:
-        parse_stages(s.qd)
-    if s.programs is not None and pyproject is not None:
-        parse_programs(s.programs, pyproject.parent)
+    if merged.get("qd") is not None:
+        merged["qd"] = parse_schedule(merged["qd"])
+    if isinstance(merged.get("programs"), Mapping):
+        if pyproject is None:
+            raise ValueError("programs: a [tool.maxcode.programs] table's paths are relative to the project root: "
+                             "give load_settings the project's pyproject.toml")
+        merged["programs"] = tuple(parse_programs(merged["programs"], pyproject.parent))
 
 
 def load_settings(cli: Mapping[str, Any], pyproject: Path | None, *, auto_device: str = "cpu") -> Settings:
@@ -415,9 +449,8 @@ def load_settings(cli: Mapping[str, Any], pyproject: Path | None, *, auto_device
     merged: dict[str, Any] = {**base, **chosen, **given}
     if merged.get("device", "auto") == "auto":
         merged["device"] = auto_device
-    settings = Settings(**merged)
-    _check_tables(settings, pyproject)
-    return settings
+    _parse_tables(merged, pyproject)
+    return Settings(**merged)
 
 
 def accepts_range_limited(target_id: str, declared: bool | None, setting: bool | tuple[str, ...] | list[str] | None) -> bool:

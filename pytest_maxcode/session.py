@@ -68,7 +68,6 @@ from .targets.decorator import ON_REGISTER, REGISTRY, TargetHandle
 from .targets.dispatch import dispatch_overhead_us
 from .targets.introspect import module_state, reads_training
 from .targets.lock import sha256_text
-from .targets.program import parse_programs
 from .value.model import MODEL_FILE
 from .verify import run_tests_with_file, verify
 
@@ -106,11 +105,7 @@ class MaxcodeSession:
         self.policy_name, self.strategy_name = search_names(settings, has_llm=self.llm is not None)
         self._check_policy()
         self._check_strategy()
-        try:
-            programs = parse_programs(settings.programs, self.root)
-        except ValueError as e:
-            raise MaxcodeError(str(e)) from None
-        self.programs = [p for p in programs if self._selected(p.id)]
+        self.programs = [p for p in settings.programs or () if self._selected(p.id)]
         for handle in list(REGISTRY.values()):
             self._maybe_attach(handle)
         ON_REGISTER.append(self._maybe_attach)
@@ -213,7 +208,7 @@ class MaxcodeSession:
             targets = [TargetResult.skipped(cap.handle.id, why, cap.callers) for cap in self.recorder.targets.values()]
             targets += [TargetResult.skipped(p.id, why, [], kind="program") for p in self.programs]
         elif self.settings.target and not self.recorder.targets and not self.programs:
-            known = sorted(REGISTRY) + sorted(str(k) for k in (self.settings.programs or {}))
+            known = sorted(REGISTRY) + sorted(p.id for p in self.settings.programs or ())
             patterns = " ".join(f"--maxcode-target={p}" for p in self.settings.target)
             self.problem = (f"{patterns} matched no target (targets: {', '.join(known) or 'none'}); "
                             "the report was left as it was")

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import MaxcodeError
 from ..model.report import BenchmarkResult, rows_of
 from ..report import fmt_time, sparkline
-from ..tables import DEFAULT_THRESHOLD, parse_regressions
+from ..tables import DEFAULT_THRESHOLD, Regressions, parse_regressions
 from .pr_body import code
 
 ALPHA = 0.05
@@ -121,13 +121,14 @@ def _floats(values: Any) -> list[float] | None:
     return [float(v) for v in values]
 
 
-def thresholds_from(settings: Mapping[str, Any] | None) -> tuple[float, dict[str, float]]:
-    """``[tool.maxcode.regressions]``: ``threshold`` and per-benchmark ``thresholds`` (globs)."""
+def thresholds_from(table: Regressions | Mapping[str, Any] | None) -> tuple[float, dict[str, float]]:
+    """``[tool.maxcode.regressions]`` (parsed, or a raw table): ``threshold`` and per-benchmark
+    ``thresholds`` (globs)."""
     try:
-        table = parse_regressions(settings)
+        regressions = parse_regressions(table)
     except ValueError as e:
         raise MaxcodeError(str(e)) from None
-    return table.threshold, dict(table.thresholds or {})
+    return regressions.threshold, dict(regressions.thresholds or {})
 
 
 def threshold_for(name: str, default: float, per: Mapping[str, float]) -> float:

@@ -58,7 +58,8 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 
 
-def _price_from_setting(name: str, spec: Any) -> Price:
+def _price_from_setting(name: str, spec: Price | Mapping[str, Any]) -> Price:
+    """A parsed entry as it is (the settings' ``prices``); a raw one parsed, MaxcodeError if bad."""
     try:
         return parse_price(name, spec)
     except ValueError as e:
@@ -66,7 +67,8 @@ def _price_from_setting(name: str, spec: Any) -> Price:
 
 
 class Prices:
-    def __init__(self, overrides: Mapping[str, Any] | None = None, *, defaults: bool = True) -> None:
+    def __init__(self, overrides: Mapping[str, Price | Mapping[str, Any]] | None = None, *, defaults: bool = True) -> None:
+        """``overrides``: the settings' ``prices`` (parsed when they were loaded), or raw entries."""
         self.table: dict[str, Price] = dict(DEFAULT_PRICES) if defaults else {}
         self.overridden: set[str] = set()
         for name, spec in (overrides or {}).items():

@@ -5,8 +5,9 @@ through the stages on its own: it stays in a stage until the policy has written
 ``advance_after`` correct completions for it there (or, without ``advance_after``, the
 stage's own ``steps``), so easy problems unlock the stronger techniques early while hard
 ones keep the model on loop-level rewrites until those work. The stages are the search's
-(``[tool.maxcode.qd]``, parsed by ``parse_stages``), and so is the rule that a completion
-using a technique its stage does not permit is not evaluated (a ``format`` failure).
+(``[tool.maxcode.qd]``: the settings' ``qd``, a ``Schedule``, or the table itself), and so is
+the rule that a completion using a technique its stage does not permit is not evaluated (a
+``format`` failure).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..search.strategies.qd import Stage, parse_stages
 from ..search.techniques import LOOP, tags
+from ..tables import Schedule, parse_schedule
 from .dataset import with_permitted
 from .problems import problem_id
 
@@ -24,23 +26,24 @@ from .problems import problem_id
 class Curriculum:
     """Per problem: which stage it is in and how many correct completions it has seen there."""
 
-    def __init__(self, stages: Sequence[Stage] | Sequence[Mapping[str, Any]] | Mapping[str, Any] | None,
+    def __init__(self, stages: Sequence[Stage] | Sequence[Mapping[str, Any]] | Schedule | Mapping[str, Any] | None,
                  advance_after: int | None = None) -> None:
-        """``stages``: Stage objects, the ``stages = [...]`` tables, or a whole ``[tool.maxcode.qd]``
-        table (its ``targets`` globs then pick a schedule per problem id)."""
+        """``stages``: Stage objects, the ``stages = [...]`` tables, or a whole schedule: the
+        settings' ``qd`` (a ``Schedule``) or a ``[tool.maxcode.qd]`` table, parsed here once (its
+        ``targets`` globs then pick a schedule per problem id)."""
         if advance_after is not None and (not isinstance(advance_after, int) or advance_after < 1):
             raise ValueError(f"advance_after must be a positive integer, not {advance_after!r}")
         self.advance_after = advance_after
-        self._config: Mapping[str, Any] | None = None
+        self._schedule: Schedule | None = None
         self._stages: list[Stage] = []
-        if isinstance(stages, Mapping):
-            parse_stages(stages)  # every schedule in it is checked now, not at the first problem
-            self._config = stages
+        if isinstance(stages, (Schedule, Mapping)):
+            self._schedule = parse_schedule(stages)  # every schedule in it is checked now, not at the first problem
+            for schedule in self._schedule.schedules():
+                self._check(list(schedule))
         elif stages:
             items = list(stages)
             self._stages = items if all(isinstance(s, Stage) for s in items) else parse_stages({"stages": items})
             self._check(self._stages)
-        self._schedules: dict[str, list[Stage]] = {}
         self._index: dict[str, int] = {}
         self._correct: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -52,14 +55,9 @@ class Curriculum:
     # -- where a problem stands ----------------------------------------------------------
 
     def stages(self, problem: Any) -> list[Stage]:
-        key = problem_id(problem)
-        if self._config is None:
+        if self._schedule is None:
             return self._stages
-        if key not in self._schedules:
-            schedule = parse_stages(self._config, key)
-            self._check(schedule)
-            self._schedules[key] = schedule
-        return self._schedules[key]
+        return self._schedule.for_target(problem_id(problem))
 
     def stage_index(self, problem: Any) -> int:
         return self._index.get(problem_id(problem), 0)

@@ -37,7 +37,7 @@ from ..oracle.program import ProgramOracle, program_config, workload_signatures
 from ..oracle.ray_executor import RayOracle
 from ..oracle.reference import ReferenceSpec
 from ..oracle.verdict import Verdict, undecided
-from ..tables import parse_observation, parse_stages
+from ..tables import parse_observation
 from ..targets.decorator import normalized_source_in_file
 from ..targets.dispatch import arg_class, arg_key
 from ..value.scorer import LightScorer, LLMScorer
@@ -391,11 +391,8 @@ def _make_strategy(name: str, makings: _Makings) -> Strategy:
     except ValueError as e:
         raise MaxcodeError(f"--maxcode-strategy: {e}") from None
     if strategy.name == "qd":
-        try:
-            strategy.stages = parse_stages(settings.qd, target_id)
-            strategy.seed = settings.search_seed
-        except ValueError as e:
-            raise MaxcodeError(str(e)) from None
+        strategy.stages = settings.qd.for_target(target_id) if settings.qd is not None else []
+        strategy.seed = settings.search_seed
     rerank = settings.rerank
     if rerank != "none":
         if not hasattr(strategy, "rerank"):
