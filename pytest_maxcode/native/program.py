@@ -355,21 +355,16 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
 def _await_ready(proc: subprocess.Popen[bytes], deadline: float) -> tuple[str | None, float]:
     """(failure or None, the clock's start): wait for the gate's ready line, then let the program go."""
     assert proc.stderr is not None and proc.stdin is not None
-    fd, said = proc.stderr.fileno(), b""
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        while _READY not in said:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                return "timeout", time.perf_counter()
-            if not sel.select(left):
-                continue
-            data = os.read(fd, 4096)
-            if not data:  # the sandbox failed before the program could start
-                proc.wait()
-                what = said.decode("utf-8", errors="replace").strip().splitlines()
-                return f"the sandbox did not start it (exit status {proc.returncode}{': ' + what[-1][:200] if what else ''})", time.perf_counter()
-            said += data
+    ended, said = _read(proc.stderr.fileno(), deadline, until=_READY)
+    if ended == "timeout":
+        return "timeout", time.perf_counter()
+    if ended != "found":  # the sandbox failed before the program could start
+        try:
+            proc.wait(max(0.0, deadline - time.perf_counter()))
+        except subprocess.TimeoutExpired:
+            return "timeout", time.perf_counter()
+        what = said.decode("utf-8", errors="replace").strip().splitlines()
+        return f"the sandbox did not start it (exit status {proc.returncode}{': ' + what[-1][:200] if what else ''})", time.perf_counter()
     start = time.perf_counter()
     try:
         proc.stdin.write(b"go\n")
@@ -392,27 +387,40 @@ def exit_reason(returncode: int) -> str:
 def _collect(proc: subprocess.Popen[bytes], deadline: float) -> tuple[str | None, bytes]:
     """Read stdout until EOF and the exit, stopping at the deadline or the output cap."""
     assert proc.stdout is not None
-    fd, chunks, size = proc.stdout.fileno(), [], 0
+    ended, out = _read(proc.stdout.fileno(), deadline)
+    if ended == "timeout":
+        return "timeout", b""
+    if ended == "cap":
+        return f"output over {OUTPUT_CAP >> 20} MiB", b""
+    try:
+        proc.wait(max(0.0, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:
+        return "timeout", b""
+    return None, out
+
+
+def _read(fd: int, deadline: float, *, until: bytes | None = None) -> tuple[str, bytes]:
+    """Read a pipe until ``until`` appears ("found"), its end ("eof"), the deadline ("timeout")
+    or more than the output cap ("cap"); with what was read."""
+    chunks: list[bytes] = []
+    size = 0
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         while True:
             left = deadline - time.perf_counter()
             if left <= 0:
-                return "timeout", b""
+                return "timeout", b"".join(chunks)
             if not sel.select(left):
                 continue
             data = os.read(fd, 1 << 16)
             if not data:
-                break
+                return "eof", b"".join(chunks)
+            chunks.append(data)
             size += len(data)
             if size > OUTPUT_CAP:
-                return f"output over {OUTPUT_CAP >> 20} MiB", b""
-            chunks.append(data)
-    try:
-        proc.wait(max(0.0, deadline - time.perf_counter()))
-    except subprocess.TimeoutExpired:
-        return "timeout", b""
-    return None, b"".join(chunks)
+                return "cap", b""
+            if until is not None and until in b"".join(chunks):
+                return "found", b"".join(chunks)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
