@@ -97,13 +97,16 @@ def test_the_judge_works_on_run_medians() -> None:
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="--timer instructions needs valgrind (apt-get install valgrind)")
 def test_instruction_mode_flags_the_20_percent_and_never_the_unchanged(repo: Path) -> None:
-    with cpu_hog(1):  # counts do not move with the load
+    # counts hardly move with the load: an unchanged benchmark's count moved by up to 2.1% beside
+    # busy processes (by 0.7% and 1.3% in 2 of 12 comparisons here, with addresses fixed), far
+    # inside the 10% threshold; the 20% and 2x stand well clear of that
+    with cpu_hog(1):
         base, head = ab.interleaved(repo, "base", "head", [], project="proj", timer="instructions")
     result = ab.judge(base, head, timer="instructions")
     verdicts = {c.name.split("::")[-1]: c for c in result.comparisons}
     assert verdicts["test_doubled"].verdict == "regressed" and 0.8 < verdicts["test_doubled"].change < 1.2
     assert verdicts["test_fifth"].verdict == "regressed" and 0.12 < verdicts["test_fifth"].change < 0.28
-    assert verdicts["test_same"].verdict == "unchanged" and abs(verdicts["test_same"].change) < 0.01
+    assert verdicts["test_same"].verdict == "unchanged" and abs(verdicts["test_same"].change) < 0.03
     assert all(c.method == "instructions" for c in result.comparisons)
 
 

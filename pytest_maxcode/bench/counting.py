@@ -2,7 +2,8 @@
 instructions``), loaded with ``-p pytest_maxcode.bench.counting`` in a pytest that runs under
 valgrind's callgrind with pytest-benchmark switched off (``-p no:benchmark``).
 
-Instruction counts do not move with the machine's load, so a 20% slowdown shows on a busy
+Instruction counts hardly move with the machine's load (an unchanged benchmark's by up to 2%
+beside busy processes, against the 10% threshold), so a 20% slowdown shows on a busy
 shared runner where wall time cannot tell it from noise (the approach CodSpeed takes for
 Python benchmarks). Each benchmark's function is called once to warm up, then ``ROUNDS`` times
 with collection on; the count per call goes to ``--maxcode-count-json`` in pytest-benchmark's
@@ -12,6 +13,7 @@ JSON shape, so the regression judge reads it like any benchmark file.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 from collections.abc import Callable
@@ -36,10 +38,18 @@ class _Counter:
         self.dumps = 0
 
     def count(self, fn: Callable[[], Any], rounds: int) -> int:
-        self.lib.maxcode_cg_toggle()
-        for _ in range(rounds):
-            fn()
-        self.lib.maxcode_cg_toggle()
+        """Instructions of ``rounds`` calls, with the collector run before and kept out of them: a
+        collection falls inside one side's counted calls and not the other's depending on what
+        was allocated before, and costs more than a small benchmark."""
+        gc.collect()
+        gc.disable()
+        try:
+            self.lib.maxcode_cg_toggle()
+            for _ in range(rounds):
+                fn()
+            self.lib.maxcode_cg_toggle()
+        finally:
+            gc.enable()
         self.lib.maxcode_cg_dump(b"maxcode")
         self.dumps += 1
         path = Path(f"{self.prefix}{self.dumps}")
