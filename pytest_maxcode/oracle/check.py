@@ -129,6 +129,9 @@ class CheckConfig:
     #: a "faster" screening is measured in this many independent blocks in all (fresh
     #: processes and buffers); the verdict's interval is built on them
     blocks: int = 3
+    #: what a candidate's job folder may hold, all its files together (each file is capped
+    #: at 2 GiB by itself): a candidate that writes more is killed and rejected
+    max_job_bytes: int = 2 * GiB
 
     def key(self) -> str:
         """What changes a verdict: evaluations under another key are not reused."""
@@ -257,7 +260,7 @@ class Oracle:
             missing.append("no writable memory cgroup: memory is limited per candidate by RLIMIT_DATA only "
                            "(CUDA and valgrind reserve more address space than RLIMIT_AS allows)")
             self.isolation = replace(self.isolation, missing=tuple(missing))
-        return Limits(memory=memory, pids=pids, file_size=2 * GiB, freezable=True)
+        return Limits(memory=memory, pids=pids, file_size=2 * GiB, job_bytes=c.max_job_bytes, freezable=True)
 
     def _check_instruction_timer(self, candidates: Sequence[CandidateSpec]) -> None:
         if shutil.which("valgrind") is None:
@@ -714,7 +717,7 @@ class Oracle:
             v.reasons = [f"the worker died during {e}"]
         finally:
             child.finish()
-            if cand.format == "compat" and self._compat_stage is not None:
+            if cand.format == "compat" and self._compat_stage is not None and not child.overfilled:
                 target = self.cache_dir / "compat" / cand.hash[:16]
                 shutil.rmtree(target, ignore_errors=True)
                 _copy_regular_files(self._compat_stage / cand.hash[:16], target)
@@ -814,6 +817,10 @@ class Oracle:
             if v.status not in (VerdictStatus.WRONG, VerdictStatus.CRASH, VerdictStatus.TIMEOUT, VerdictStatus.COMPILE_ERROR):
                 v.status = VerdictStatus.REJECTED
                 v.reasons = [f"wrote {child.output.total} bytes to stdout/stderr (the cap is {child.output.cap})"]
+        if child.overfilled:  # the watch killed it: whatever the run said, it is this
+            v.status = VerdictStatus.REJECTED
+            v.reasons = [child.overfilled]
+            return
         if child.leftovers and v.status not in (VerdictStatus.CRASH, VerdictStatus.TIMEOUT):
             v.status = VerdictStatus.REJECTED
             v.reasons = [f"left {child.leftovers} process(es) running after it returned"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ from typing import Any, Iterator
 import torch
 
 from ..native import callpath
+from ..sandbox.disk import FolderWatch
 from ..sandbox.isolation import Isolation, Limits, Sandboxed, prepare
 from .protocol import Event, ProtocolError, load_ctl, validate
 from ..sandbox.env import scrubbed_env
@@ -111,6 +113,8 @@ class Job:
     exit_code: int | None = None
     leftovers: int = 0
     stage: str = "start"
+    #: why the sandbox was killed for the files it wrote (``Limits.job_bytes``), if it was
+    overfilled: str | None = None
 
     def send(self, name: str, **kwargs: Any) -> None:
         """A command or reply to the worker, ``(name, {keywords})``; one that died meanwhile (its own
@@ -180,6 +184,11 @@ class Job:
         code, leftovers = self.zygote._wait_exit(self.job_id, self, grace=2.0)
         self.exit_code, self.leftovers = code, leftovers
         self.output.join(timeout=2.0)
+        self.overfilled = self.zygote.overfilled()
+        if self.overfilled:
+            self.zygote.close()
+            self.zygote.wipe()  # the next candidate starts with an empty job folder, not blamed for these files
+            return
         if leftovers and self.zygote.namespaced:
             # what it left may still run (a helper that keeps changing its pid outruns a
             # list-then-kill): end the sandbox; the next job starts a fresh one
@@ -213,6 +222,8 @@ class Zygote:
     #: hand the worker the compiled call path (native/callpath.py); without it, candidates are called through ctypes
     call_path: bool = True
     _box: Sandboxed | None = None
+    _watch: FolderWatch | None = None
+    _overfilled: str | None = None
 
     @property
     def namespaced(self) -> bool:
@@ -259,6 +270,10 @@ class Zygote:
         )
         child_sock.close()
         os.close(log_w)
+        self._overfilled = None
+        if self._box is not None and self.job_dir is not None and self.limits.job_bytes:
+            folders = [self.job_dir, *(src for src, _ in self.mounts if not src.is_relative_to(self.job_dir))]
+            self._watch = FolderWatch(folders, self.limits.job_bytes, self.proc.pid)
         self._log = CappedReader(log_r)
         self._log.start()
         self.ctl = parent_sock
@@ -423,6 +438,23 @@ class Zygote:
                 except OSError:
                     pass
 
+    def overfilled(self) -> str | None:
+        """Why the watch on the job folder killed this sandbox since it started, if it did."""
+        return self._watch.exceeded() if self._watch is not None else self._overfilled
+
+    def wipe(self) -> None:
+        """Empty the job folder (only one given as ``job_dir``: never the working folder), keeping
+        the folders mounted from it."""
+        if self.job_dir is None:
+            return
+        for entry in list(self.job_dir.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        for src, _ in self.mounts:
+            src.mkdir(parents=True, exist_ok=True)
+
     def kill_sandbox(self) -> None:
         """Kill the sandbox's root: its PID namespace, and every process in it, goes with it."""
         if self.proc is not None:
@@ -450,6 +482,9 @@ class Zygote:
         if self._box is not None:
             self._box.cleanup()
             self._box = None
+        if self._watch is not None:
+            self._overfilled = self._watch.stop()
+            self._watch = None
 
 
 def _descendants(root: int) -> list[int]:

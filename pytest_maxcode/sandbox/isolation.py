@@ -104,6 +104,9 @@ class Limits:
     #: otherwise fill with files; None leaves the kernel's default (half the RAM)
     scratch_bytes: int | None = 1 << 30
     cpu_seconds: int | None = None
+    #: all the files of the job folder together (``disk.FolderWatch``): ``file_size`` caps each
+    #: file only, and the job folder is on the host's disk
+    job_bytes: int | None = 2 << 30
     #: a freezer cgroup, so the trusted side can stop everything inside while it times the reference
     freezable: bool = False
 

@@ -1,0 +1,110 @@
+"""A cap on what a sandbox writes to its job folder, all its files together.
+
+``RLIMIT_FSIZE`` caps each file, not their sum, and the job folder is a folder of the host's
+disk (the trusted side reads builds and counts from it), not a size-limited tmpfs: a
+candidate writing file after file under the per-file limit would fill the disk. A small
+process of the trusted side sums the folder's allocated blocks every :data:`EVERY` seconds
+and kills the sandbox's process group the first time they pass the cap; it can overshoot by
+what the candidate writes in one interval (about 100 MB at 2 GB/s), never more.
+
+A process, not a thread: a thread of the trusted process would take the interpreter's lock
+from the timer in the middle of a timed call. It runs this file by path in isolated mode
+(``python -I``), importing only the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+#: folders with more entries than this are over the cap whatever their size: summing them
+#: would take longer than the interval
+MAX_ENTRIES = 50_000
+EVERY = 0.05
+
+
+def usage(folders: Sequence[str | Path], max_entries: int = MAX_ENTRIES) -> int | None:
+    """Bytes allocated under ``folders`` (links not followed, sparse holes not counted), or
+    None when they hold more than ``max_entries`` entries."""
+    total, entries = 0, 0
+    stack = [str(f) for f in folders]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    if entries > max_entries:
+                        return None
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:  # removed meanwhile
+                        continue
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total
+
+
+def over(folders: Sequence[str | Path], cap: int) -> str | None:
+    """Why ``folders`` are over ``cap`` bytes, in a line a verdict can quote; None if they are not."""
+    used = usage(folders)
+    if used is not None and used <= cap:
+        return None
+    what = f"more than {MAX_ENTRIES} files" if used is None else f"{used / 2**20:.0f} MiB"
+    return f"wrote {what} to its job folder (the cap is {cap / 2**20:.0f} MiB for all its files together)"
+
+
+class FolderWatch:
+    """Watches a sandbox's folders from its start to :meth:`stop`; kills process group ``pgid``
+    once they pass ``cap`` bytes, and :meth:`exceeded` then says why."""
+
+    def __init__(self, folders: Sequence[Path], cap: int, pgid: int) -> None:
+        self.folders, self.cap = [str(f) for f in folders], cap
+        self._said = ""
+        self._proc: subprocess.Popen[str] | None = subprocess.Popen(
+            [sys.executable, "-I", __file__, str(os.getpid()), str(cap), str(pgid), *self.folders],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def exceeded(self) -> str | None:
+        """Why the sandbox was killed for its files (the watch has then ended), else None."""
+        if self._proc is not None and self._proc.poll() is not None:
+            self._collect()
+        return self._said or None
+
+    def stop(self) -> str | None:
+        """End the watch; what :meth:`exceeded` says."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._collect()
+        return self._said or None
+
+    def _collect(self) -> None:
+        assert self._proc is not None
+        out, _ = self._proc.communicate()
+        self._said = out.strip()
+        self._proc = None
+
+
+def _watch(parent: int, cap: int, pgid: int, folders: list[str]) -> None:
+    while os.getppid() == parent:
+        why = over(folders, cap)
+        if why is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+            print(why, flush=True)
+            return
+        time.sleep(EVERY)
+
+
+if __name__ == "__main__":
+    _watch(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])

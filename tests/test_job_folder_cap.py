@@ -1,0 +1,78 @@
+"""The job folder's total is capped (issue 13): RLIMIT_FSIZE caps each file a candidate writes,
+not their sum, and the job folder lies on the host's disk. A watch outside the sandbox kills it
+the first time the folder passes ``max_job_bytes``; the candidate is rejected with what it
+wrote, its files are removed, and the candidate after it starts with an empty folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import DATA
+
+from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
+from pytest_maxcode.oracle.reference import parse_reference
+from pytest_maxcode.oracle.verdict import CORRECT
+from pytest_maxcode.sandbox import disk
+from pytest_maxcode.sandbox.isolation import works
+
+MiB = 1 << 20
+
+
+def test_usage_counts_the_blocks_of_every_file_below_and_not_links_or_holes(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "one").write_bytes(b"x" * MiB)
+    (tmp_path / "a" / "b" / "two").write_bytes(b"y" * (2 * MiB))
+    with open(tmp_path / "sparse", "wb") as f:  # 1 GiB long, one block written
+        f.seek(1 << 30)
+        f.write(b"z")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(b"w" * (8 * MiB))
+    os.symlink(outside, tmp_path / "link")
+    used = disk.usage([tmp_path])
+    assert used is not None and 3 * MiB <= used < 3 * MiB + MiB
+    assert disk.over([tmp_path], 4 * MiB) is None
+    why = disk.over([tmp_path], 2 * MiB)
+    assert why is not None and why.startswith("wrote 3 MiB to its job folder (the cap is 2 MiB")
+    shutil.rmtree(outside)
+
+
+def test_more_entries_than_can_be_summed_in_time_are_over_the_cap(tmp_path: Path) -> None:
+    for k in range(20):
+        (tmp_path / f"f{k}").touch()
+    assert disk.usage([tmp_path], max_entries=10) is None
+    assert disk.usage([tmp_path], max_entries=100) == 0
+
+
+def test_the_watch_kills_the_process_group_once_the_folder_passes_the_cap(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    writer = subprocess.Popen([sys.executable, "-c", "import time, os\n"
+                               "for k in range(400):\n"
+                               f"    open(os.path.join({str(tmp_path)!r}, f'f{{k}}'), 'wb').write(b'x' * (1 << 20)); time.sleep(0.01)\n"],
+                              start_new_session=True)
+    watch = disk.FolderWatch([tmp_path], 16 * MiB, writer.pid)
+    writer.wait(timeout=60)
+    why = watch.stop()
+    assert writer.returncode == -9 and why is not None and "the cap is 16 MiB" in why
+    assert disk.usage([tmp_path]) < 64 * MiB  # stopped near the cap, not after 400 MiB
+
+
+@pytest.mark.skipif(works("bwrap") is not None and works("unshare") is not None, reason="no namespaces here")
+def test_a_candidate_that_fills_its_job_folder_is_rejected_and_its_neighbour_is_judged(tmp_path: Path) -> None:
+    shutil.copy(DATA / "attacks" / "ref.py", tmp_path / "ref.py")
+    shutil.copy(DATA / "job_cap" / "filler.cpp", tmp_path / "filler.cpp")
+    shutil.copy(DATA / "attacks" / "honest.cpp", tmp_path / "honest.cpp")
+    config = CheckConfig(time_budget=0.1, timeout=60, max_job_bytes=64 * MiB)
+    cands = [CandidateSpec.from_path(tmp_path / n) for n in ("filler.cpp", "honest.cpp")]
+    with Oracle(parse_reference(str(tmp_path / "ref.py")), config, tmp_path) as oracle:
+        filler, honest = oracle.check(cands)
+        job_dir = oracle.zygote.job_dir
+        assert job_dir is not None and disk.usage([job_dir]) < 64 * MiB
+    assert filler.status == "rejected", (filler.status, filler.reasons)
+    assert "to its job folder (the cap is 64 MiB" in filler.reasons[0]
+    assert honest.status in CORRECT, (honest.status, honest.reasons)
