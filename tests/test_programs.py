@@ -150,6 +150,23 @@ def test_runaway_programs_are_stopped_by_the_time_and_memory_limits(tmp_path: Pa
     assert free.correct
 
 
+# 96 files of 4 MiB in its working folder, each under the 64 MiB per-file limit, 384 MiB in all
+FILLER = "#include <cstdio>\n#include <string>\n" + SLOW.replace("return 0;", (
+    'static char chunk[1 << 20]; for (int k = 0; k < 96; ++k) { FILE* f = std::fopen(("fill." + std::to_string(k)).c_str(), "wb"); '
+    "if (!f) break; for (int i = 0; i < 4; ++i) std::fwrite(chunk, 1, sizeof chunk, f); std::fclose(f); } return 0;"))
+
+
+@pytest.mark.skipif(isolation.works("bwrap") is not None and isolation.works("unshare") is not None, reason="no namespaces here")
+def test_a_program_that_fills_its_working_folder_is_stopped_and_rejected(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    with oracle_for(root) as oracle:
+        filler, fast = oracle.check([candidate(root, "filler", FILLER), candidate(root, "fast", FAST)])
+        left = [p for p in oracle._scratch.rglob("*") if p.is_file()]
+    assert filler.status == "rejected" and "to its job folder (the cap is 256 MiB for all its files together)" in filler.reasons[0], filler.reasons
+    assert fast.correct, fast.reasons  # the next candidate is not blamed for the files
+    assert left == []  # what a run leaves is removed after it
+
+
 FORK_BOMB = r"""
 #include <cerrno>
 #include <cstdio>

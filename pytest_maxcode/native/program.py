@@ -16,6 +16,7 @@ import os
 import re
 import resource
 import selectors
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MaxcodeError
+from ..sandbox.disk import RunWatches
 from ..sandbox.env import scrubbed_env
 from ..sandbox.isolation import Cgroups, Isolation, Limits, prepare
 
@@ -204,6 +206,9 @@ def compile_program(code: str, flags: Sequence[str], cache: Path, isolation: Iso
 
 #: the processes and threads a program run may have at once (a fork bomb stops here)
 PROGRAM_PIDS = 256
+#: what a run may write to its working folder, all files together: a judged program reads stdin
+#: and writes stdout, and needs no files at all
+PROGRAM_FILES = 256 << 20
 
 
 class ProcessLimit:
@@ -265,6 +270,8 @@ class Sandbox:
     os_limits: Limits = Limits()
     readable: tuple[Path, ...] = ()
     process_limit: ProcessLimit | None = field(default=None, compare=False)
+    #: the cap on what a run writes to its working folder, all files together (``os_limits.job_bytes``)
+    watches: RunWatches | None = field(default=None, compare=False)
 
 
 def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, readable: Sequence[Path] = ()) -> Sandbox:
@@ -275,9 +282,12 @@ def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, 
     env = dict(scrubbed_env(), LC_ALL="C")
     if isolation.kind != "none":
         process_limit = ProcessLimit(PROGRAM_PIDS)
+        limits = Limits(memory=memory, pids=PROGRAM_PIDS, file_size=64 << 20, cpu_seconds=cpu_seconds, job_bytes=PROGRAM_FILES)
+        watches = RunWatches(PROGRAM_FILES)
         box = Sandbox(env=env, isolation=isolation, readable=tuple(readable), process_limit=process_limit,
-                      os_limits=Limits(memory=memory, pids=PROGRAM_PIDS, file_size=64 << 20, cpu_seconds=cpu_seconds))
+                      os_limits=limits, watches=watches)
         weakref.finalize(box, process_limit.cleanup)
+        weakref.finalize(box, watches.close)
         return box
 
     def limits(pid: int) -> None:
@@ -300,26 +310,34 @@ _READY = b"maxcode-ready\n"
 
 
 def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
-                sandbox: Sandbox | None = None) -> tuple[str | None, str, float]:
+                sandbox: Sandbox | None = None, writable: Sequence[Path] = ()) -> tuple[str | None, str, float]:
     """Run with stdin from a file, stdout capped; returns (failure or None, stdout, wall seconds).
 
     The seconds run from the moment the sandbox is ready to exec the program to its exit.
-    The program gets its own process group so a timeout kills whatever it started too.
+    The program gets its own process group so a timeout kills whatever it started too. In an
+    OS sandbox it runs in a folder of its thread's own under ``cwd``, watched (all its files
+    together are capped) and emptied after each run; ``writable``: folders it may also write.
     """
     box = sandbox or Sandbox()
     boxed = None
     limit = box.process_limit if box.isolation is not None else None
     cgroups = limit.for_this_thread() if limit is not None else None
     gated = ["/bin/sh", "-c", _GATE, "maxcode-gate", str(stdin), *cmd]
+    if box.watches is not None:  # threads of one caller (PIE's jobs) share cwd: each its own folder
+        cwd = cwd / f".maxcode-run-{threading.get_ident()}"
+        cwd.mkdir(exist_ok=True)
     if box.isolation is not None:
-        boxed = prepare(gated, box.isolation, cwd, box.os_limits,
+        boxed = prepare(gated, box.isolation, cwd, box.os_limits, extra_writable=writable,
                         readable=[*box.readable, Path(cmd[-1]).parent, Path(stdin).parent], use_cgroups=False,
                         cgroups=cgroups)
     refused = cgroups.pids_refused() if cgroups else 0
     setup_deadline = time.perf_counter() + timeout
     proc = subprocess.Popen(boxed.argv if boxed else gated, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             cwd=cwd, start_new_session=True, env=box.env)
+    overfilled = None
     try:
+        if box.watches is not None:
+            box.watches.aim(cwd, proc.pid)
         if box.limits is not None and boxed is None:
             try:
                 box.limits(proc.pid)
@@ -336,11 +354,16 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
         for pipe in (proc.stdin, proc.stderr):
             if pipe is not None:
                 pipe.close()
+        if box.watches is not None:
+            overfilled = box.watches.disarm(cwd)
+            _empty(cwd)
         if boxed is not None:
             boxed.cleanup()
         if limit is not None and cgroups is not None:
             limit.settle(cgroups)
-    if failure is None and proc.returncode:
+    if overfilled is not None:  # killed for its files: whatever else it looked like
+        failure = overfilled
+    elif failure is None and proc.returncode:
         code = proc.returncode
         if boxed is not None and 128 < code < 128 + 65:  # the sandbox's init passes a signal on as 128 + its number
             code = 128 - code
@@ -350,6 +373,16 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     if failure is not None and cgroups and cgroups.pids_refused() > refused:
         failure += f" (it hit the sandbox's limit of {box.os_limits.pids} processes and threads)"
     return failure, out.decode("utf-8", errors="replace"), seconds
+
+
+def _empty(folder: Path) -> None:
+    """What a run left in its folder, removed: a judged program needs no files, and the next run's
+    cap starts from an empty folder."""
+    for path in folder.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _await_ready(proc: subprocess.Popen[bytes], deadline: float) -> tuple[str | None, float]:
@@ -433,17 +466,19 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
-def judged_run(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> tuple[str | None, float]:
+def judged_run(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None,
+               writable: Sequence[Path] = ()) -> tuple[str | None, float]:
     """One run with its output compared by PIE's rule: (failure or None, wall seconds)."""
-    failure, out, seconds = run_program(cmd, test.input, timeout, cwd, sandbox)
+    failure, out, seconds = run_program(cmd, test.input, timeout, cwd, sandbox, writable)
     if failure is None and (diff := first_difference(out, test.expected)) is not None:
         failure = f"wrong output ({diff})"
     return failure, seconds
 
 
-def run_case(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None) -> float:
+def run_case(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None,
+             writable: Sequence[Path] = ()) -> float:
     """One checked run: the wall seconds, or SuiteFailure naming the test case and what went wrong."""
-    failure, seconds = judged_run(cmd, test, timeout, cwd, sandbox)
+    failure, seconds = judged_run(cmd, test, timeout, cwd, sandbox, writable)
     if failure:
         raise SuiteFailure(f"test {test.index}: {failure}")
     return seconds
@@ -461,7 +496,7 @@ def count_instructions(binary: Path, tests: Sequence[TestCase], timeout: float, 
         for t in tests:
             out = Path(tmp) / f"callgrind.{t.index}.out"
             cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary)]
-            run_case(cmd, t, timeout * VALGRIND_SLOWDOWN, cwd, sandbox)
+            run_case(cmd, t, timeout * VALGRIND_SLOWDOWN, cwd, sandbox, writable=(Path(tmp),))
             try:
                 total += parse_callgrind(out.read_text())
             except (OSError, ValueError) as e:

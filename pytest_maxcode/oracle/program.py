@@ -304,6 +304,6 @@ def _status(failure: str) -> VerdictStatus:
         return VerdictStatus.TIMEOUT
     if failure.startswith("killed by"):
         return VerdictStatus.CRASH
-    if failure.startswith("output over"):
+    if failure.startswith("output over") or (failure.startswith("wrote ") and " to its job folder " in failure):
         return VerdictStatus.REJECTED
     return VerdictStatus.RUNTIME_ERROR

@@ -15,10 +15,11 @@ from the timer in the middle of a timed call. It runs this file by path in isola
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,22 +56,32 @@ def usage(folders: Sequence[str | Path], max_entries: int = MAX_ENTRIES) -> int 
 def over(folders: Sequence[str | Path], cap: int) -> str | None:
     """Why ``folders`` are over ``cap`` bytes, in a line a verdict can quote; None if they are not."""
     used = usage(folders)
-    if used is not None and used <= cap:
-        return None
-    what = f"more than {MAX_ENTRIES} files" if used is None else f"{used / 2**20:.0f} MiB"
-    return f"wrote {what} to its job folder (the cap is {cap / 2**20:.0f} MiB for all its files together)"
+    return None if used is not None and used <= cap else _reason(used, 0, cap)
 
 
 class FolderWatch:
     """Watches a sandbox's folders from its start to :meth:`stop`; kills process group ``pgid``
-    once they pass ``cap`` bytes, and :meth:`exceeded` then says why."""
+    once they pass ``cap`` bytes, and :meth:`exceeded` then says why.
 
-    def __init__(self, folders: Sequence[Path], cap: int, pgid: int) -> None:
+    ``pgid`` 0: nothing to kill yet; :meth:`aim` names each run's process group as it starts,
+    and the cap then counts what the folders gained since (a folder the caller shares with its
+    own files, a build beside the program, is not held against the run)."""
+
+    def __init__(self, folders: Sequence[Path], cap: int, pgid: int = 0) -> None:
         self.folders, self.cap = [str(f) for f in folders], cap
         self._said = ""
         self._proc: subprocess.Popen[str] | None = subprocess.Popen(
             [sys.executable, "-I", __file__, str(os.getpid()), str(cap), str(pgid), *self.folders],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def aim(self, pgid: int) -> None:
+        """Watch for process group ``pgid`` now (0: for none), counting from what the folders hold."""
+        if self._proc is not None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.write(f"{pgid}\n")
+                self._proc.stdin.flush()
+            except OSError:  # it fired and ended: exceeded() says so
+                pass
 
     def exceeded(self) -> str | None:
         """Why the sandbox was killed for its files (the watch has then ended), else None."""
@@ -88,22 +99,77 @@ class FolderWatch:
 
     def _collect(self) -> None:
         assert self._proc is not None
-        out, _ = self._proc.communicate()
+        try:
+            out, _ = self._proc.communicate()
+        except (OSError, ValueError):
+            out = ""
         self._said = out.strip()
         self._proc = None
 
 
-def _watch(parent: int, cap: int, pgid: int, folders: list[str]) -> None:
-    while os.getppid() == parent:
-        why = over(folders, cap)
+class RunWatches:
+    """One :class:`FolderWatch` per folder that short runs (a C++ program's) take turns in: a
+    watch process per run would cost tens of milliseconds each."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._lock = threading.Lock()
+        self._watches: dict[str, FolderWatch] = {}
+
+    def aim(self, folder: Path, pgid: int) -> None:
+        with self._lock:
+            watch = self._watches.get(str(folder))
+            if watch is None or watch.exceeded() is not None:
+                watch = self._watches[str(folder)] = FolderWatch([folder], self.cap)
+        watch.aim(pgid)
+
+    def disarm(self, folder: Path) -> str | None:
+        """The run in ``folder`` ended: why its process group was killed for its files, if it was."""
+        with self._lock:
+            watch = self._watches.get(str(folder))
+        if watch is None:
+            return None
+        why = watch.exceeded()
+        if why is None:
+            watch.aim(0)
+            why = watch.exceeded()
         if why is not None:
+            with self._lock:
+                self._watches.pop(str(folder), None)
+        return why
+
+    def close(self) -> None:
+        with self._lock:
+            watches, self._watches = list(self._watches.values()), {}
+        for watch in watches:
+            watch.stop()
+
+
+def _watch(parent: int, cap: int, pgid: int, folders: list[str]) -> None:
+    base = 0
+    while os.getppid() == parent:
+        ready, _, _ = select.select([sys.stdin], [], [], EVERY)
+        if ready:
+            line = sys.stdin.readline()
+            if not line:
+                return
+            pgid = int(line)
+            base = (usage(folders) or 0) if pgid else 0
+        if not pgid:
+            continue
+        used = usage(folders)
+        if used is None or used - base > cap:
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except OSError:
                 pass
-            print(why, flush=True)
+            print(_reason(used, base, cap), flush=True)
             return
-        time.sleep(EVERY)
+
+
+def _reason(used: int | None, base: int, cap: int) -> str:
+    what = f"more than {MAX_ENTRIES} files" if used is None else f"{(used - base) / 2**20:.0f} MiB"
+    return f"wrote {what} to its job folder (the cap is {cap / 2**20:.0f} MiB for all its files together)"
 
 
 if __name__ == "__main__":
