@@ -31,6 +31,10 @@ def _machine_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         for var, sub in (("MAXCODE_CALLPATH_CACHE", "callpath"), ("MAXCODE_CACHE_DIR", "machine")):
             if not os.environ.get(var):
                 mp.setenv(var, str(root / sub))
+        # under pytest-xdist, the pytest processes tests start are not workers: pytest-benchmark
+        # turns itself off where it sees a worker's variables
+        for var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
+            mp.delenv(var)
         yield
 
 

@@ -206,7 +206,9 @@ class _Runs:
         if not self.cwd.is_dir():
             raise MaxcodeError(f"bench-ab: {project!r} does not exist on the {side} commit (check --project)")
         self.python, self.pytest_args = python, list(pytest_args)
-        self.env = dict(os.environ, PYTHONHASHSEED=seed)
+        # not an xdist worker's variables: pytest-benchmark would take the run for a worker and turn itself off
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+        self.env["PYTHONHASHSEED"] = seed
         # this side's own modules before any installed (editable) copy of the project
         front = [str(self.cwd / "src")] if (self.cwd / "src").is_dir() else []
         self.env["PYTHONPATH"] = os.pathsep.join([*front, str(self.cwd), *filter(None, [self.env.get("PYTHONPATH")])])
