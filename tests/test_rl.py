@@ -315,7 +315,7 @@ def test_targets_a_maxcode_run_captured_become_rows_and_rewards(tmp_path: Path) 
     with OracleReward(tmp_path, CONFIG, device="cpu") as r:
         got, _ = trl_call(r, [row] * 2, [reply(TARGET_CPP), reply(TARGET_CPP.replace("2.0f", "3.0f"))])
         ok, wrong = r.last_verdicts
-        assert ok.correct and got[0] == ok.speedup, ok.reasons
+        assert ok.correct and got[0] == search_reward(ok), ok.reasons
         assert wrong.status == "wrong" and got[1] == TIERS["wrong"]
 
 
