@@ -76,3 +76,26 @@ def test_a_candidate_that_fills_its_job_folder_is_rejected_and_its_neighbour_is_
     assert filler.status == "rejected", (filler.status, filler.reasons)
     assert "to its job folder (the cap is 64 MiB" in filler.reasons[0]
     assert honest.status in CORRECT, (honest.status, honest.reasons)
+
+
+def test_runs_that_take_turns_are_each_watched_from_their_own_start(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    watches = disk.RunWatches(16 * MiB)
+    try:
+        for _ in range(3):  # short runs whose start and end reach the watch together
+            quick = subprocess.Popen(["true"], start_new_session=True)
+            watches.aim(tmp_path, quick.pid)
+            quick.wait()
+            assert watches.disarm(tmp_path) is None
+        writer = subprocess.Popen([sys.executable, "-c", "import time, os\n"
+                                   "for k in range(400):\n"
+                                   f"    open(os.path.join({str(tmp_path)!r}, f'f{{k}}'), 'wb').write(b'x' * (1 << 20)); time.sleep(0.01)\n"],
+                                  start_new_session=True)
+        watches.aim(tmp_path, writer.pid)
+        writer.wait(timeout=60)
+        why = watches.disarm(tmp_path)
+    finally:
+        watches.close()
+    assert writer.returncode == -9 and why is not None and "the cap is 16 MiB" in why

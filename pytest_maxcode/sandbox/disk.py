@@ -85,7 +85,8 @@ class FolderWatch:
 
     def exceeded(self) -> str | None:
         """Why the sandbox was killed for its files (the watch has then ended), else None."""
-        if self._proc is not None and self._proc.poll() is not None:
+        if self._proc is not None and self._proc.stdout is not None and (
+                self._proc.poll() is not None or select.select([self._proc.stdout], [], [], 0)[0]):
             self._collect()
         return self._said or None
 
@@ -146,24 +147,27 @@ class RunWatches:
 
 
 def _watch(parent: int, cap: int, pgid: int, folders: list[str]) -> None:
-    base = 0
+    base, pending = 0, b""
     while os.getppid() == parent:
-        ready, _, _ = select.select([sys.stdin], [], [], EVERY)
-        if ready:
-            line = sys.stdin.readline()
-            if not line:
+        ready, _, _ = select.select([0], [], [], EVERY)
+        if ready:  # unbuffered: every line that has come, the last one the run now going
+            data = os.read(0, 4096)
+            if not data:
                 return
-            pgid = int(line)
-            base = (usage(folders) or 0) if pgid else 0
+            *lines, pending = (pending + data).split(b"\n")
+            if lines:
+                pgid = int(lines[-1])
+                base = (usage(folders) or 0) if pgid else 0
         if not pgid:
             continue
         used = usage(folders)
         if used is None or used - base > cap:
+            # said before the kill: once the run is dead, the reason is already in the pipe
+            print(_reason(used, base, cap), flush=True)
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except OSError:
                 pass
-            print(_reason(used, base, cap), flush=True)
             return
 
 
