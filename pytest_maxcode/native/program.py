@@ -16,7 +16,6 @@ import os
 import re
 import resource
 import selectors
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MaxcodeError
-from ..sandbox.disk import RunWatches
+from ..sandbox.disk import RunWatches, empty
 from ..sandbox.env import scrubbed_env
 from ..sandbox.isolation import Cgroups, Isolation, Limits, prepare
 
@@ -356,7 +355,7 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
                 pipe.close()
         if box.watches is not None:
             overfilled = box.watches.disarm(cwd)
-            _empty(cwd)
+            empty(cwd)  # a judged program needs no files; the next run's cap starts from an empty folder
         if boxed is not None:
             boxed.cleanup()
         if limit is not None and cgroups is not None:
@@ -373,16 +372,6 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     if failure is not None and cgroups and cgroups.pids_refused() > refused:
         failure += f" (it hit the sandbox's limit of {box.os_limits.pids} processes and threads)"
     return failure, out.decode("utf-8", errors="replace"), seconds
-
-
-def _empty(folder: Path) -> None:
-    """What a run left in its folder, removed: a judged program needs no files, and the next run's
-    cap starts from an empty folder."""
-    for path in folder.iterdir():
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
 
 
 def _await_ready(proc: subprocess.Popen[bytes], deadline: float) -> tuple[str | None, float]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,7 +25,7 @@ from typing import Any, Iterator
 import torch
 
 from ..native import callpath
-from ..sandbox.disk import FolderWatch
+from ..sandbox.disk import FolderWatch, empty
 from ..sandbox.isolation import Isolation, Limits, Sandboxed, prepare
 from .protocol import Event, ProtocolError, load_ctl, validate
 from ..sandbox.env import scrubbed_env
@@ -447,11 +446,7 @@ class Zygote:
         the folders mounted from it."""
         if self.job_dir is None:
             return
-        for entry in list(self.job_dir.iterdir()):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+        empty(self.job_dir)
         for src, _ in self.mounts:
             src.mkdir(parents=True, exist_ok=True)
 

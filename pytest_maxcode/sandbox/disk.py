@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,10 +54,23 @@ def usage(folders: Sequence[str | Path], max_entries: int = MAX_ENTRIES) -> int 
     return total
 
 
-def over(folders: Sequence[str | Path], cap: int) -> str | None:
-    """Why ``folders`` are over ``cap`` bytes, in a line a verdict can quote; None if they are not."""
+def over(folders: Sequence[str | Path], cap: int, base: int = 0) -> str | None:
+    """Why ``folders`` hold more than ``cap`` bytes beyond ``base``, in a line a verdict can
+    quote; None if they do not."""
     used = usage(folders)
-    return None if used is not None and used <= cap else _reason(used, 0, cap)
+    if used is not None and used - base <= cap:
+        return None
+    what = f"more than {MAX_ENTRIES} files" if used is None else f"{(used - base) / 2**20:.0f} MiB"
+    return f"wrote {what} to its job folder (the cap is {cap / 2**20:.0f} MiB for all its files together)"
+
+
+def empty(folder: Path) -> None:
+    """Remove everything in ``folder`` (links themselves, not what they name)."""
+    for path in folder.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 class FolderWatch:
@@ -160,20 +174,15 @@ def _watch(parent: int, cap: int, pgid: int, folders: list[str]) -> None:
                 base = (usage(folders) or 0) if pgid else 0
         if not pgid:
             continue
-        used = usage(folders)
-        if used is None or used - base > cap:
+        why = over(folders, cap, base)
+        if why is not None:
             # said before the kill: once the run is dead, the reason is already in the pipe
-            print(_reason(used, base, cap), flush=True)
+            print(why, flush=True)
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except OSError:
                 pass
             return
-
-
-def _reason(used: int | None, base: int, cap: int) -> str:
-    what = f"more than {MAX_ENTRIES} files" if used is None else f"{(used - base) / 2**20:.0f} MiB"
-    return f"wrote {what} to its job folder (the cap is {cap / 2**20:.0f} MiB for all its files together)"
 
 
 if __name__ == "__main__":
