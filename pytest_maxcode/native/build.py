@@ -34,6 +34,7 @@ from typing import Sequence
 
 from .._files import write_atomic
 from ..errors import MaxcodeError
+from ..sandbox.disk import FolderWatch
 from ..sandbox.env import scrubbed_env
 from ..sandbox.isolation import Isolation, Limits, prepare
 
@@ -48,6 +49,9 @@ DEFAULT_CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-trapping-math", "-
 VALGRIND_CXXFLAGS = ("-O3", "-march=x86-64-v3", "-fopenmp", "-std=c++17")
 DEFAULT_NVCCFLAGS = ("-O3", "-std=c++17")
 MAX_ERRORS = 3
+#: what one batch's compilers may write, all their files together (RLIMIT_FSIZE caps each
+#: file at 1 GiB): an assembler told to ``.fill`` gigabytes would otherwise fill the disk
+BUILD_BYTES = 2 << 30
 
 
 @dataclass
@@ -285,6 +289,7 @@ def build_all(
     jobs: int | None = None,
     isolation: Isolation | None = None,
     force: bool = False,
+    max_bytes: int = BUILD_BYTES,
 ) -> list[BuildResult]:
     """Build every source, in parallel, reusing cached libraries; one result per source.
 
@@ -292,8 +297,10 @@ def build_all(
     batch are writable: a candidate's ``#include`` cannot reach the user's credentials,
     nor its build anything outside its own folder (the trusted records are outside them).
     A cached library is reused only while it hashes to its record; ``force`` rebuilds anyway.
+    In a sandbox, what the compilers write is capped at ``max_bytes`` in all; a batch stopped
+    for it is built again one source at a time, so only the source that writes too much fails.
 
-    Eight parameters because the six after the first two are keyword-only options with
+    Nine parameters because the seven after the first two are keyword-only options with
     defaults, and each caller (the oracle, the dispatcher, bench-ab, the tests) sets the one or
     two it needs.
     """
@@ -312,7 +319,7 @@ def build_all(
         _stage(res, d, rec)
         todo[res.key] = (res, res.command, d)
     if todo:
-        _run_ninja(todo, root, timeout, jobs, isolation)
+        _build_capped(todo, root, timeout, jobs, isolation, max_bytes)
     for r in results:
         first = todo[r.key][0] if r.key in todo else r
         if r is not first:
@@ -364,8 +371,25 @@ def _stage(res: BuildResult, d: Path, rec: BuildRecord | None) -> None:
     (d / _source_name(res.source.lang)).write_text(res.source.text)
 
 
+def _build_capped(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path, timeout: float, jobs: int | None,
+                  isolation: Isolation | None, max_bytes: int) -> None:
+    """Build ``todo`` in one ninja run; if its compilers passed ``max_bytes``, the builds that
+    did not finish are made again alone, so the one that writes too much is the one that fails."""
+    overfilled = _run_ninja(todo, root, timeout, jobs, isolation, max_bytes)
+    if overfilled is None:
+        return
+    unfinished = {key: entry for key, entry in todo.items() if not entry[0].ok}
+    if len(todo) > 1:
+        for key, entry in unfinished.items():
+            _build_capped({key: entry}, root, timeout, jobs, isolation, max_bytes)
+        return
+    for res, _cmd, _d in unfinished.values():
+        res.errors = [f"the build was stopped: its compiler {overfilled}"]
+
+
 def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path, timeout: float, jobs: int | None,
-               isolation: Isolation | None = None) -> None:
+               isolation: Isolation | None, max_bytes: int) -> str | None:
+    """One ninja run over ``todo``, adopting what it built; why the folder watch stopped it, if it did."""
     with tempfile.TemporaryDirectory(dir=root, prefix="batch-") as tmp:
         lines = [
             "rule build",
@@ -387,8 +411,8 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
         ninja = shutil.which("ninja") or "ninja"
         n = jobs or os.cpu_count() or 2
         start = time.monotonic()
-        _run_sandboxed([ninja, "-f", str(ninja_file), "-k", "0", "-j", str(n)], Path(tmp), n,
-                       [d for _res, _cmd, d in todo.values()], [root, INCLUDE_DIR], isolation)
+        overfilled = _run_sandboxed([ninja, "-f", str(ninja_file), "-k", "0", "-j", str(n)], Path(tmp), n,
+                                    [d for _res, _cmd, d in todo.values()], [root, INCLUDE_DIR], isolation, max_bytes)
         wall = time.monotonic() - start
         durations = _ninja_durations(Path(tmp) / ".ninja_log")
     for res, command, d in todo.values():
@@ -412,19 +436,22 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
             res.errors = trim_errors(res.log, shown, str(d / _source_name(res.source.lang)))
             if res.compile_s >= timeout - 1:
                 res.errors.insert(0, f"the build did not finish within {int(timeout)} s")
+    return overfilled
 
 
 def _run_sandboxed(argv: list[str], job_dir: Path, jobs: int, writable: list[Path], readable: list[Path],
-                   isolation: Isolation | None) -> None:
-    """Run the build; in ``isolation`` with the environment scrubbed of secrets (``#include "/proc/self/environ"``)."""
+                   isolation: Isolation | None, max_bytes: int) -> str | None:
+    """Run the build; in ``isolation`` with the environment scrubbed of secrets (``#include "/proc/self/environ"``)
+    and what it writes capped at ``max_bytes``: why the watch stopped it, if it did."""
     env = dict(scrubbed_env(), TMPDIR=str(job_dir))
     if isolation is None:
         subprocess.run(argv, cwd=job_dir, capture_output=True, text=True, env=env)
-        return
+        return None
     limits = Limits(memory=(2 * jobs + 1) << 30, pids=max(256, 8 * jobs + 64), file_size=1 << 30)
     box = prepare(argv, isolation, job_dir, limits, extra_writable=writable, readable=readable, view="toolchain")
     proc = subprocess.Popen(box.argv, cwd=job_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
+    watch = FolderWatch([job_dir, *writable], max_bytes, proc.pid)
     try:
         proc.wait()
     finally:
@@ -434,6 +461,7 @@ def _run_sandboxed(argv: list[str], job_dir: Path, jobs: int, writable: list[Pat
             pass
         proc.wait()
         box.cleanup()
+    return watch.stop()
 
 
 def _esc(path: str) -> str:

@@ -130,7 +130,8 @@ class CheckConfig:
     #: processes and buffers); the verdict's interval is built on them
     blocks: int = 3
     #: what a candidate's job folder may hold, all its files together (each file is capped
-    #: at 2 GiB by itself): a candidate that writes more is killed and rejected
+    #: at 2 GiB by itself): a candidate that writes more is killed and rejected; the compilers
+    #: of one batch are held to the same total
     max_job_bytes: int = 2 * GiB
 
     def key(self) -> str:
@@ -300,6 +301,7 @@ class Oracle:
             timeout=self.config.build_timeout,
             jobs=self.config.jobs,
             isolation=self.isolation,
+            max_bytes=self.config.max_job_bytes,
         )
 
     def _cxxflags(self) -> list[str] | None:
