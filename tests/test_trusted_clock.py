@@ -248,7 +248,7 @@ def test_the_servers_keep_off_the_timers_core(tmp_path: Path) -> None:
     would take turns inside the measurement: every process the zygotes fork stays on the other
     cores, and the timer's thread is on its core only while it times."""
     from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
-    from pytest_maxcode.oracle.pool import _descendants
+    from pytest_maxcode.sandbox.stop import descendants
     from pytest_maxcode.oracle.reference import parse_reference
 
     cores = timing.Cores.split()
@@ -270,7 +270,7 @@ def test_the_servers_keep_off_the_timers_core(tmp_path: Path) -> None:
         servers = []
         for zygote in (o.zygote, o.ref_zygote):
             assert zygote is not None and zygote.proc is not None
-            for pid in _descendants(zygote.proc.pid):
+            for pid in descendants(zygote.proc.pid):
                 try:
                     if Path(f"/proc/{pid}/comm").read_text().strip() != "bwrap":  # the sandbox's own launcher waits
                         servers += [int(t) for t in os.listdir(f"/proc/{pid}/task")]

@@ -852,6 +852,7 @@ class Oracle:
         # a fresh reference process for every measurement, as the candidate gets one: a state
         # one of them drifted into (its heap, its caches) cannot carry a verdict, or its confirmation
         self._stop_reference_server()
+        self.zygote.ran_while_frozen()  # what ran before this timing is not held against it
         for w in self.workloads:
             child.stage = f"time {w.name}"
             try:
@@ -870,6 +871,11 @@ class Oracle:
                 return False
             finally:
                 self.zygote.freeze(False)
+            ran = self.zygote.ran_while_frozen()
+            if ran is not None:
+                v.status = VerdictStatus.REJECTED
+                v.reasons = [f"its sandbox ran while it was to be stopped (the reference being timed, or the outputs checked): {ran}"]
+                return False
             timings[w.name] = (t.reference_ns, t.candidate_ns, t.calls_per_sample)
             checked += t.checked_calls
             v.diagnostics.setdefault("disturbed_rounds", {})[w.name] = t.disturbed

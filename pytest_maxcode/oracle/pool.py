@@ -27,6 +27,7 @@ import torch
 from ..native import callpath
 from ..sandbox.disk import FolderWatch, empty
 from ..sandbox.isolation import Isolation, Limits, Sandboxed, prepare
+from ..sandbox.stop import SignalFreeze, descendants
 from .protocol import Event, ProtocolError, load_ctl, validate
 from ..sandbox.env import scrubbed_env
 
@@ -223,6 +224,7 @@ class Zygote:
     _box: Sandboxed | None = None
     _watch: FolderWatch | None = None
     _overfilled: str | None = None
+    _signals: SignalFreeze | None = None
 
     @property
     def namespaced(self) -> bool:
@@ -406,7 +408,7 @@ class Zygote:
             return pid
         if self.proc is None:
             return None
-        for candidate in _descendants(self.proc.pid):
+        for candidate in descendants(self.proc.pid):
             try:
                 with open(f"/proc/{candidate}/status") as f:
                     for line in f:
@@ -429,13 +431,20 @@ class Zygote:
             return
         if self.proc is None:
             return
-        sig = signal.SIGSTOP if frozen else signal.SIGCONT
-        for _ in range(3 if frozen else 1):  # a fork between listing and stopping is caught next pass
-            for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
+        if self._signals is None or self._signals.root != self.proc.pid:
+            self._signals = SignalFreeze(self.proc.pid)
+        if frozen:
+            self._signals.stop()
+        else:
+            self._signals.resume()
+
+    def ran_while_frozen(self) -> str | None:
+        """What of the sandbox ran while it was to be frozen since the last call (without a
+        freezer cgroup, a stop by signals can be outrun, so it is checked: sandbox/stop.py)."""
+        if self._signals is None:
+            return None
+        ran, self._signals.ran = self._signals.ran, None
+        return ran
 
     def overfilled(self) -> str | None:
         """Why the watch on the job folder killed this sandbox since it started, if it did."""
@@ -482,24 +491,3 @@ class Zygote:
             self._watch = None
 
 
-def _descendants(root: int) -> list[int]:
-    """Every live process below ``root``, nearest first."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(name))
-    out: list[int] = []
-    frontier = [root]
-    while frontier:
-        nxt = [c for p in frontier for c in children.get(p, ())]
-        out += nxt
-        frontier = nxt
-    return out
