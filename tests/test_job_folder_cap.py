@@ -120,3 +120,19 @@ def test_a_source_whose_build_fills_the_compilers_folder_fails_alone(tmp_path: P
     # without the cap the same source builds: it is the total that stopped it, not the source
     unlimited = build.build_all(sources[:1], tmp_path / "free", isolation=resolve("auto"))[0]
     assert unlimited.ok and unlimited.library is not None and unlimited.library.stat().st_size > 256 * MiB
+
+
+@no_namespaces
+def test_nothing_a_candidate_leaves_in_the_worker_is_seen_by_the_next(tmp_path: Path) -> None:
+    shutil.copy(DATA / "attacks" / "ref.py", tmp_path / "ref.py")
+    for name in ("writer.cpp", "reader.cpp"):
+        shutil.copy(DATA / "stash" / name, tmp_path / name)
+    cands = [CandidateSpec.from_path(tmp_path / n) for n in ("writer.cpp", "reader.cpp")]
+    with Oracle(parse_reference(str(tmp_path / "ref.py")), CheckConfig(time_budget=0.05, timeout=60), tmp_path) as oracle:
+        writer, reader = oracle.check(cands)
+        job_dir = oracle.zygote.job_dir
+        assert job_dir is not None and not (job_dir / "stash").exists()
+    assert writer.status in CORRECT, (writer.status, writer.reasons)
+    # the reader gives wrong results wherever it finds any of the writer's stash
+    assert reader.status in CORRECT, (reader.status, reader.reasons, reader.diagnostics.get("output"))
+    assert "found" not in reader.diagnostics.get("output", "")

@@ -431,7 +431,7 @@ class Oracle:
             mounts = [(job_dir / "compat", self.cache_dir / "compat")]
             self._compat_stage = job_dir / "compat"
         self.zygote = Zygote(ref, cwd=self.root, isolation=self.isolation, job_dir=job_dir, readable=readable,
-                             devices=devices, limits=self._worker_limits, mounts=mounts)
+                             devices=devices, limits=self._worker_limits, mounts=mounts, clear_between_jobs=True)
         self.ref_zygote = Zygote(ref, cwd=self.root, isolation=self.isolation, job_dir=ref_dir, readable=readable,
                                  devices=devices, limits=replace(self._worker_limits, freezable=False))
         self._timer_job: dict[str, Any] = {"timer": self.config.timer}

@@ -225,6 +225,9 @@ class Zygote:
     _watch: FolderWatch | None = None
     _overfilled: str | None = None
     _signals: SignalFreeze | None = None
+    #: empty the job folder and the sandbox's private /tmp and /dev/shm after every job (the
+    #: candidates' worker: what one candidate leaves there is not seen by the next)
+    clear_between_jobs: bool = False
 
     @property
     def namespaced(self) -> bool:
@@ -284,7 +287,10 @@ class Zygote:
             helper = callpath.sealed_fd() if self.call_path else None
         except Warning:  # warnings turned into errors: the worker calls candidates through ctypes
             helper = None
-        self._send("setup", fds=[helper] if helper is not None else None, reference=self.reference)
+        clear = []
+        if self.clear_between_jobs and self.isolation is not None and self.isolation.kind != "none" and self.job_dir:
+            clear = [str(self.job_dir), *self.isolation.private_scratch]
+        self._send("setup", fds=[helper] if helper is not None else None, reference=self.reference, clear=clear)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         ev = self._expect("ready", timeout)

@@ -130,6 +130,11 @@ class Isolation:
     def weak(self) -> bool:
         return bool(self.missing)
 
+    @property
+    def private_scratch(self) -> tuple[str, ...]:
+        """The writable folders this kind gives each sandbox its own of (besides its job folder)."""
+        return {"bwrap": ("/tmp", "/dev/shm"), "unshare": ("/dev/shm",)}.get(self.kind, ())
+
 
 @functools.lru_cache(maxsize=None)
 def works(kind: str) -> str | None:

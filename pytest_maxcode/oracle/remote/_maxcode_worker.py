@@ -165,6 +165,50 @@ def _kill_leftovers(child_pid: int) -> int:
     return killed
 
 
+def _shared_places(folders: list[str]) -> list[tuple[str, frozenset[str]]]:
+    """``folders`` with what each holds now (at start-up): what :func:`_clear` keeps."""
+    out = []
+    for folder in folders:
+        try:
+            out.append((folder, frozenset(os.listdir(folder))))
+        except OSError:
+            continue
+    return out
+
+
+def _clear(places: list[tuple[str, frozenset[str]]]) -> None:
+    """Empty what the jobs of this worker share (the job folder, the sandbox's private /tmp and
+    /dev/shm, its System V IPC objects), keeping what was there at start-up: nothing one
+    candidate leaves is seen by the next (a stash of answers for the range sets, say)."""
+    for folder, keep in places:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if name in keep:
+                continue
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+    if places:  # the sandbox has an IPC namespace of its own: every object in it is a job's
+        libc = ctypes.CDLL(None, use_errno=True)
+        for kind, remove in (("shm", lambda i: libc.shmctl(i, 0, None)), ("sem", lambda i: libc.semctl(i, 0, 0)),
+                             ("msg", lambda i: libc.msgctl(i, 0, None))):
+            try:
+                with open(f"/proc/sysvipc/{kind}") as f:
+                    ids = [int(line.split()[1]) for line in f.readlines()[1:] if line.split()]
+            except (OSError, ValueError, IndexError):
+                continue
+            for ident in ids:
+                remove(ident)  # IPC_RMID (0)
+
+
 def _set_limits(job: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     cpu = job["cpu_seconds"]
@@ -1366,6 +1410,7 @@ def main(ctl_fd: int, parent: int) -> None:
     try:
         call_path = _load_call_path(fds[0]) if fds else "ctypes: the trusted side sent no compiled call path"
         ref = Reference(kw["reference"])
+        shared = _shared_places(list(kw.get("clear") or []))
         _send_ctl(ctl, "ready", python=sys.version.split()[0], torch=torch.__version__, call_path=call_path)
     except BaseException as e:  # noqa: BLE001
         _send_ctl(ctl, "setup_error", message=_one_line_exc(e), detail=traceback.format_exc(limit=6)[-3000:])
@@ -1398,6 +1443,7 @@ def main(ctl_fd: int, parent: int) -> None:
             _, status = os.waitpid(pid, 0)
             leftovers = _kill_leftovers(pid)
             shutil.rmtree(workdir, ignore_errors=True)
+            _clear(shared)
             _send_ctl(ctl, "exited", job_id=job_id, pid=pid, status=_decode_status(status), leftovers=leftovers)
 
 
