@@ -1443,7 +1443,8 @@ def main(ctl_fd: int, parent: int) -> None:
             _, status = os.waitpid(pid, 0)
             leftovers = _kill_leftovers(pid)
             shutil.rmtree(workdir, ignore_errors=True)
-            _clear(shared)
+            if job.get("kind") == "candidate":  # a reference job's files are read after it (its inputs, its outputs)
+                _clear(shared)
             _send_ctl(ctl, "exited", job_id=job_id, pid=pid, status=_decode_status(status), leftovers=leftovers)
 
 
