@@ -50,9 +50,10 @@ def spin(name):
     n = 0
     while True:
         n += 1
-        if n % 20000 == 0:
-            with open(path + name, 'w') as f:
+        if n % 20000 == 0:  # replaced whole: a read never finds it half written
+            with open(path + name + '.new', 'w') as f:
                 f.write(str(n))
+            os.replace(path + name + '.new', path + name)
 threading.Thread(target=spin, args=('.thread',), daemon=True).start()
 if os.fork() == 0:
     spin('.child')

@@ -121,15 +121,16 @@ def test_a_frozen_sandbox_uses_no_cpu_until_thawed(tmp_path: Path) -> None:
     spinner = (
         "import os, threading, time\n"
         f"path = {str(counter)!r}\n"
-        "def spin():\n"
+        "def spin(who):\n"
         "    n = 0\n"
         "    while True:\n"
         "        n += 1\n"
-        "        if n % 100000 == 0:\n"
-        "            open(path, 'w').write(str(n))\n"
-        "threading.Thread(target=spin, daemon=True).start()\n"
+        "        if n % 100000 == 0:\n"  # replaced whole: a read never finds it half written
+        "            open(path + who, 'w').write(str(n))\n"
+        "            os.replace(path + who, path)\n"
+        "threading.Thread(target=spin, args=('.thread',), daemon=True).start()\n"
         "if os.fork() == 0:\n"
-        "    spin()\n"
+        "    spin('.child')\n"
         "time.sleep(600)\n"
     )
     box = isolation.prepare([sys.executable, "-c", spinner], isolation.resolve("none"), tmp_path,
