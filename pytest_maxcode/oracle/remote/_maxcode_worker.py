@@ -179,7 +179,7 @@ def _shared_places(folders: list[str]) -> list[tuple[str, frozenset[str]]]:
 def _clear(places: list[tuple[str, frozenset[str]]]) -> None:
     """Empty what the jobs of this worker share (the job folder, the sandbox's private /tmp and
     /dev/shm, its System V IPC objects), keeping what was there at start-up: nothing one
-    candidate leaves is seen by the next (a stash of answers for the range sets, say)."""
+    candidate leaves is seen by another (a stash of answers for the range sets, say)."""
     for folder, keep in places:
         try:
             names = os.listdir(folder)
@@ -1416,6 +1416,7 @@ def main(ctl_fd: int, parent: int) -> None:
         _send_ctl(ctl, "setup_error", message=_one_line_exc(e), detail=traceback.format_exc(limit=6)[-3000:])
         return
     inputs = None
+    owner = None  # the candidate whose jobs ran last
     while True:
         name, kw, fds = _recv_ctl(ctl)
         if name == "exit":
@@ -1431,6 +1432,12 @@ def main(ctl_fd: int, parent: int) -> None:
         if name == "fork":
             job_id, job = kw["job_id"], kw["job"]
             chan_fd, out_fd = fds
+            # before another candidate's first job: the blocks of one candidate share their
+            # caches (torch.compile's, in /tmp), different candidates share nothing; a reference
+            # job's files are read after it, and are left
+            if job.get("kind") == "candidate" and job.get("path") != owner:
+                _clear(shared)
+                owner = job.get("path")
             workdir = tempfile.mkdtemp(prefix="maxcode-job-")
             me = os.getpid()
             pid = os.fork()
@@ -1443,8 +1450,6 @@ def main(ctl_fd: int, parent: int) -> None:
             _, status = os.waitpid(pid, 0)
             leftovers = _kill_leftovers(pid)
             shutil.rmtree(workdir, ignore_errors=True)
-            if job.get("kind") == "candidate":  # a reference job's files are read after it (its inputs, its outputs)
-                _clear(shared)
             _send_ctl(ctl, "exited", job_id=job_id, pid=pid, status=_decode_status(status), leftovers=leftovers)
 
 
