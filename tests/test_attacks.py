@@ -69,6 +69,7 @@ BATCH = [
     "c12_doorbell.py",
     "c14_clock_patch.cpp",
     "c15_skip_calls.cpp",
+    "c16_privileges.cpp",
     "c10_persistent_forgery.py",  # after the others, so the store holds rows of this run to forge
     "honest_fast.cpp",  # the positive control: a real speedup is still seen after every attacker
     "honest.cpp",
@@ -97,6 +98,7 @@ NOT_FASTER: dict[str, str] = {
     "c12_doorbell.py": "outputs read inside the interval and compared after it, with the candidate frozen",
     "c14_clock_patch.cpp": "the clock is on the trusted side (libc's clock_gettime patched in the candidate's process)",
     "c15_skip_calls.cpp": "every timed output checked (a call in ten skipped)",
+    "c16_privileges.cpp": "no capability in the sandbox, and the worker cannot be traced",
 }
 
 
@@ -338,6 +340,16 @@ def test_a_forged_result_channel_is_rejected(scene: Scene, name: str) -> None:
     # "loaded" then "done" before any correctness set, with the worker's own sender (DESIGN 5.0)
     v = scene.by_name(name)
     assert v["status"] == "rejected", (v["status"], v["reasons"])
+
+
+def test_inside_the_sandbox_there_is_no_privilege_to_remount_or_trace(scene: Scene) -> None:
+    # c16 remounts every mount read-write, writes into the project and ptraces its worker; where
+    # any of it works its results are wrong. Run as root, bwrap left the sandbox root's
+    # capabilities (unshare: its namespace's), and one remount made the project writable
+    v = scene.by_name("c16_privileges.cpp")
+    assert "c16: remounted 0, wrote 0, traced 0" in v["diagnostics"].get("output", ""), v["diagnostics"].get("output")
+    assert v["status"] in CORRECT, (v["status"], v["reasons"])
+    assert not (scene.project / "pwned-by-c16.txt").exists()
 
 
 def test_a_kernel_right_only_on_the_captured_range_is_found_out(scene: Scene) -> None:

@@ -158,6 +158,32 @@ def test_files_outside_the_job_directory_cannot_be_written(iso: Isolation, tmp_p
 
 
 @needs_namespaces
+def test_no_capability_inside_so_no_remount_makes_the_view_writable(iso: Isolation, tmp_path: Path) -> None:
+    # as root (CI, containers), bwrap left the sandbox all of root's capabilities, and unshare
+    # leaves its namespace's: "mount -o remount,rw /" then made the project writable
+    planted = Path.cwd() / f"maxcode-planted-{uuid.uuid4().hex}.txt"
+    r = run_in(iso, tmp_path / "job", f"""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        caps = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:"))
+        remounted = 0
+        for line in open("/proc/self/mountinfo"):
+            mp = line.split()[4].encode()
+            for flags in (32 | 4096, 32):  # MS_REMOUNT | MS_BIND, MS_REMOUNT: read-write again
+                remounted += libc.mount(None, mp, None, flags, None) == 0
+        try:
+            open({str(planted)!r}, "w").write("forged")
+            wrote = 1
+        except OSError:
+            wrote = 0
+        print(caps, remounted, wrote)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0000000000000000", "0", "0"], r.stdout
+    assert not planted.exists()
+
+
+@needs_namespaces
 def test_it_cannot_signal_the_process_that_started_it(iso: Isolation, tmp_path: Path) -> None:
     r = run_in(iso, tmp_path / "job", f"""
         import os, signal

@@ -67,7 +67,10 @@ TOOLCHAIN_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
 #: writable folders become mounts of their own, ``/dev/shm`` a private tmpfs, the credentials
 #: are covered, and every other mount is remounted read-only (``/tmp`` stays read-only rather
 #: than private: the job's folder is its TMPDIR, and a private ``/tmp`` would hide the folders
-#: under it that the command must read, which ``unshare`` cannot bind back as bwrap does)
+#: under it that the command must read, which ``unshare`` cannot bind back as bwrap does). The
+#: command runs with no capability at all (``setpriv``, bounding set cleared, so not even an exec
+#: as the namespace's root gets any): with the namespace's capabilities it could remount the
+#: read-only view read-write, and write the project as the user who ran maxcode
 _READ_ONLY_VIEW = r"""
 shm=$1; shift
 keep=" "
@@ -86,7 +89,7 @@ while read -r _ _ _ _ mp _; do
   case "$mp" in /proc|/proc/*|/dev/shm|/dev/pts) continue;; esac
   mount -o remount,bind,ro "$mp" 2>/dev/null
 done < /proc/self/mountinfo
-exec "$@"
+exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all --no-new-privs -- "$@"
 """
 #: the shell that joins the cgroups and sets the rlimits, then execs the sandbox (no pre-exec
 #: hook in Python: that forces a full fork of a process that may hold gigabytes)
@@ -144,6 +147,8 @@ def works(kind: str) -> str | None:
     tool = {"bwrap": "bwrap", "unshare": "unshare"}[kind]
     if shutil.which(tool) is None:
         return f"{tool} is not installed" + (" (apt-get install bubblewrap)" if kind == "bwrap" else "")
+    if kind == "unshare" and shutil.which("setpriv") is None:
+        return "setpriv is not installed (util-linux): without it the sandbox would keep its namespace's capabilities"
     argv = _namespace_argv(kind, Path("/"), ()) + ["/bin/true"]
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
@@ -194,7 +199,9 @@ def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], re
         return ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc",
                 "--net", "--ipc", "--uts", f"--wd={job_dir}", "--", "/bin/sh", "-c", _READ_ONLY_VIEW, "maxcode-view",
                 f"size={scratch},mode=1777" if scratch else "mode=1777", *writable, "--", *map(str, _credentials()), "--"]
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+    # no capability inside: run as root, bwrap would otherwise leave the sandbox all of root's,
+    # and one remount makes the read-only view writable (the project, the store, the system)
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if view == "toolchain":
         argv += _system_view(TOOLCHAIN_VIEW)
     else:

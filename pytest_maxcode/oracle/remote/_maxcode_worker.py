@@ -77,6 +77,7 @@ except ModuleNotFoundError:  # imported from the package (tests of its pieces)
 _SLEEP = time.sleep
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE = 4
 _MAX_CTL = 1 << 16
 
 
@@ -1305,6 +1306,16 @@ def _fits(values: list, views: list) -> bool:
 # ----------------------------------------------------------------------------- child / zygote
 
 
+def _dumpable(on: bool) -> None:
+    """Whether a process of the same user may ptrace this one. The worker is not: a candidate
+    (its child, same user, no capability) could otherwise attach to it and run its own code in
+    every child forked after, later candidates' included. A child is again, for its own tools."""
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, int(on), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _die_with_parent(parent: int) -> None:
     """If our parent dies (even by SIGKILL), so do we: no orphaned workers or hung kernels.
 
@@ -1346,6 +1357,7 @@ def _child(job: dict, chan_fd: int, out_fd: int, workdir: str, ref: Reference | 
     the zygote hands the child across the fork (its channel, its output pipe, its folder, what
     the zygote loaded) and a bundle would exist only to be unpacked here."""
     _die_with_parent(zygote)
+    _dumpable(True)
     os.setsid()
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
@@ -1415,6 +1427,7 @@ def main(ctl_fd: int, parent: int) -> None:
     except BaseException as e:  # noqa: BLE001
         _send_ctl(ctl, "setup_error", message=_one_line_exc(e), detail=traceback.format_exc(limit=6)[-3000:])
         return
+    _dumpable(False)
     inputs = None
     owner = None  # the candidate whose jobs ran last
     while True:
