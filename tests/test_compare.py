@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from pytest_maxcode.oracle.compare import compare, tolerances, weak_reasons
@@ -62,3 +63,26 @@ def test_weak_check_flags_tiny_constant_and_input_independent_outputs() -> None:
     fixed = torch.randn(100)
     same = [[fixed.clone()], [fixed.clone()]]
     assert any("does not change" in r for r in weak_reasons(same, None, None))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_the_fast_path_decides_as_isclose_does(dtype: torch.dtype) -> None:
+    # values at the edge of the tolerance, NaNs and infinities on either side: the three-pass
+    # check may only say "close" where torch.isclose does
+    from pytest_maxcode.oracle.compare import _all_close
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        e = torch.randn(64, generator=gen).to(dtype)
+        scale = [0.0, 5e-5, 1e-4, 2e-4, 1e-2][trial % 5]
+        g = e + (scale * torch.randn(64, generator=gen)).to(dtype)
+        if trial % 7 == 0:
+            g[trial % 64] = float("nan")
+        if trial % 11 == 0:
+            e[3] = g[3] = float("inf")
+        if trial % 13 == 0:
+            e[5] = float("nan")
+            g[5] = float("nan")
+        for atol, rtol in ((1e-4, 1e-4), (0.0, 1e-3), (1e-2, 0.0)):
+            want = bool(torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True).all())
+            assert _all_close(e, g, atol, rtol) == want, (trial, atol, rtol)
