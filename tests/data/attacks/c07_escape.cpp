@@ -25,7 +25,10 @@ namespace {
 const char kMarker[] = "@MARKER@";
 
 void helper() {
-  if (fork() != 0) return;
+  if (fork() != 0) {
+    usleep(100000);  // until the helper has named itself: the sweep below spares it by its name
+    return;
+  }
   setsid();
   prctl(PR_SET_NAME, kMarker, 0, 0, 0);
   signal(SIGHUP, SIG_IGN);
@@ -52,6 +55,13 @@ std::vector<pid_t> victims() {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
       pid_t pid = atoi(e->d_name);
       if (pid == getpid() || pid <= 1) continue;
+      char comm_path[64], comm[64] = {0};
+      snprintf(comm_path, sizeof comm_path, "/proc/%s/comm", e->d_name);
+      if (FILE* c = fopen(comm_path, "r")) {  // not its own helper, which carries the marker too
+        fgets(comm, sizeof comm, c);
+        fclose(c);
+        if (strncmp(comm, kMarker, strlen(kMarker)) == 0) continue;
+      }
       char path[64];
       snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
       int fd = open(path, O_RDONLY);
