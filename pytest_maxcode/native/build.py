@@ -442,7 +442,9 @@ def _run_ninja(todo: dict[str, tuple[BuildResult, list[str], Path]], root: Path,
 def _run_sandboxed(argv: list[str], job_dir: Path, jobs: int, writable: list[Path], readable: list[Path],
                    isolation: Isolation | None, max_bytes: int) -> str | None:
     """Run the build; in ``isolation`` with the environment scrubbed of secrets (``#include "/proc/self/environ"``)
-    and what it writes capped at ``max_bytes``: why the watch stopped it, if it did."""
+    and what it writes capped at ``max_bytes``: why the watch stopped it, if it did. Seven
+    parameters because each is one thing the sandbox is made of (its command, folders, size
+    and kind) and the one caller has them separately."""
     env = dict(scrubbed_env(), TMPDIR=str(job_dir))
     if isolation is None:
         subprocess.run(argv, cwd=job_dir, capture_output=True, text=True, env=env)

@@ -316,6 +316,10 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     The program gets its own process group so a timeout kills whatever it started too. In an
     OS sandbox it runs in a folder of its thread's own under ``cwd``, watched (all its files
     together are capped) and emptied after each run; ``writable``: folders it may also write.
+
+    Six parameters and 64 lines because one run is one sequence (start the sandbox, aim the
+    folder's watch, time, cap the output, empty the folder) that each caller (the judge, the
+    search's cases, callgrind counts) needs whole; split, each part would pass the same handles.
     """
     box = sandbox or Sandbox()
     boxed = None
