@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
@@ -48,3 +49,28 @@ def test_a_gpu_verdict_names_the_copy_its_timed_calls_include_once_whatever_rebu
     cpu = Verdict(candidate="k.cpp", status="faster", speedup=2.0, speedup_ci=[1.8, 2.2], reasons=["r"])
     _note_host_copy(cpu)
     assert cpu.reasons == ["r"]
+
+
+def test_the_scratch_of_a_killed_run_is_swept_and_no_other(tmp_path: Path) -> None:
+    import subprocess
+
+    from pytest_maxcode.oracle.check import SCRATCH_IDLE_S, SCRATCH_PREFIX, sweep_scratch
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    now = time.time()
+    folders = {
+        "killed long ago": tmp_path / f"{SCRATCH_PREFIX}{gone.pid}-a1",
+        "killed just now": tmp_path / f"{SCRATCH_PREFIX}{gone.pid}-b2",
+        "running": tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-c3",
+        "someone else's": tmp_path / "maxcode-oracle-notapid",
+    }
+    for folder in folders.values():
+        (folder / "job").mkdir(parents=True)
+        (folder / "inputs.pt").write_bytes(b"x" * 1024)
+    for name in ("killed long ago", "running", "someone else's"):
+        old = now - 2 * SCRATCH_IDLE_S
+        for path in (folders[name], folders[name] / "job", folders[name] / "inputs.pt"):
+            os.utime(path, (old, old))
+    assert sweep_scratch(tmp_path, now) == [folders["killed long ago"]]
+    assert [name for name, folder in folders.items() if folder.exists()] == ["killed just now", "running", "someone else's"]
