@@ -669,9 +669,11 @@ def _measurement(v: Verdict) -> Measurement:
     kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None
     noise = d.get("noise") or {}
     loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]))] if noise.get("run_spread") else []
+    threads = d.get("threads")
     return Measurement(
         blocks=blocks, spread=noise.get("spread"),
         set_aside=sum(int(n) for n in (d.get("disturbed_rounds") or {}).values() if isinstance(n, (int, float))),
         notes=loaded + [str(n) for n in d.get("timing_notes") or []][:3],
         call_overhead_us=overhead, kernel_us=kernel_us,
+        threads=int(threads) if isinstance(threads, int) and threads > 0 else None,
     )

@@ -112,6 +112,23 @@ def test_the_quoted_speedup_comes_with_its_remeasure_command_and_the_noise() -> 
            """'tests/test_x.py::test_b[`$(id)`]'\n""" in blocks
 
 
+def test_the_benchmarks_say_why_their_speedup_can_differ_from_the_oracles() -> None:
+    # the example: 4.8x by the oracle (one thread a side, the timer keeps the other core),
+    # 10.7x by pytest-benchmark in the user's process on both cores, for the same workload
+    t = hostile_target(["tests/test_x.py::test_a"])
+    t["benchmarks"] = [{"name": "tests/test_x.py::test_b", "speedup": 10.7, "speedup_ci": [8.7, 11.6], "runs": 3,
+                        "reference": {"median_s": 1.12e-3}, "candidate": {"median_s": 1.05e-4}}]
+    where = pr_body.Where(BRANCH, f"maxcode_kernels/{TARGET}.cpp", "0123abcd", ".")
+    note = "These ran in your own test process with all 2 cores; the speedup above was timed on 1 thread(s) a side"
+    t["measurement"] = {"blocks": [4.5, 4.3, 4.5], "threads": 1}
+    assert note in outside_code(render(pr_body.body(t, {"machine": {"cores": "2"}}, source="int x;", where=where)))
+    for measurement, machine in (({"blocks": [4.5], "threads": 2}, {"cores": "2"}), ({"blocks": [4.5]}, {"cores": "2"}),
+                                 ({"blocks": [4.5], "threads": 1}, {})):
+        t["measurement"] = measurement
+        shown = outside_code(render(pr_body.body(t, {"machine": machine}, source="int x;", where=where)))
+        assert "These ran in your own test process" not in shown, (measurement, machine)
+
+
 def test_inline_code_and_fences_outlast_the_content() -> None:
     assert pr_body.code("a`b") == "``a`b``" and pr_body.code("`x`") == "`` `x` ``"
     assert pr_body.code("a|b", cell=True) == "`a\\|b`" and pr_body.code("two\nlines") == "`two lines`"

@@ -311,7 +311,7 @@ def body(t: Target, report: Report | Mapping[str, Any], *, source: str, where: W
     out += ["", f"Verdict: {text(t.reason)}"]
     out += _reproduce(t)
     out += _warnings(t)
-    out += _benchmarks(t.benchmarks, where)
+    out += _benchmarks(t.benchmarks, where, _threads_note(t, report))
     out += _tests(t)
     out += _environment(t, report)
     out += _search(t)
@@ -363,12 +363,24 @@ def _warnings(t: TargetResult) -> list[str]:
     return out
 
 
-def _benchmarks(benchmarks: Sequence[BenchmarkResult], where: Where) -> list[str]:
+def _threads_note(t: TargetResult, report: Report) -> str:
+    """Why the user's benchmarks can show another speedup than the oracle's, where they can."""
+    threads = t.measurement.threads if t.measurement is not None else None
+    cores = str(report.machine.get("cores", ""))
+    if not threads or not cores.isdigit() or threads >= int(cores):
+        return ""
+    return (f"These ran in your own test process with all {cores} cores; the speedup above was timed on {threads} "
+            f"thread(s) a side, as the timer keeps a core of its own. A kernel that scales with threads better "
+            f"than the original gains more here, one that scales worse less.")
+
+
+def _benchmarks(benchmarks: Sequence[BenchmarkResult], where: Where, threads_note: str = "") -> list[str]:
     if not benchmarks:
         return []
     runs = max((int(b.runs or 1) for b in benchmarks), default=1)
     how = f"{runs} runs each, alternating" if runs > 1 else "one run each"
     out = ["", f"### Your benchmarks (pytest-benchmark, re-run with and without the kernel: {how})", "",
+           *([text(threads_note), ""] if threads_note else []),
            "| benchmark | original (median ± sd) | optimized (median ± sd) | speedup (95% CI) | rounds |", "|---|---:|---:|---:|---:|"]
     for b in benchmarks:
         r, c = b.reference or Timing(), b.candidate or Timing()

@@ -100,6 +100,9 @@ class Measurement:
     #: path (signature, plan; a module's parameters and buffers), with a kernel that does nothing
     dispatch_overhead_us: float | None = None
     kernel_us: float | None = None
+    #: threads each side ran on while timed: the timer keeps a core of its own, so fewer than
+    #: the machine has (and than the user's own benchmarks get)
+    threads: int | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, JSON]) -> Measurement:
