@@ -24,8 +24,10 @@ def test_fused_openmp_chain_is_faster_than_eager(tmp_path: Path) -> None:
         assert wrong["diagnostics"]["mismatch"]["first_bad_index"] == [2047, 0]
         if fused["status"] == "faster":
             break
-        # never any other verdict: only an interval too wide to call
-        assert fused["status"] == "not_faster" and "too noisy to decide" in fused["reasons"][0], fused["reasons"]
+        # never any other verdict: only an interval too wide to call, or blocks that disagree
+        # beyond what it covers (a full run, beside other work: 4.67x, 3.93x, 2.73x)
+        assert fused["status"] == "not_faster" and any(
+            f"too noisy to {w}" in fused["reasons"][0] for w in ("decide", "tell")), fused["reasons"]
         undecided.append(fused["reasons"][0])
     assert fused["status"] == "faster", undecided
     assert fused["speedup_ci"][0] >= 1.05
