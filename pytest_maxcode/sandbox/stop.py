@@ -62,9 +62,10 @@ class SignalFreeze:
         self._stopped: dict[int, tuple[bytes, int]] | None = None
 
     def stop(self) -> None:
-        for _ in range(3):  # a fork between listing and stopping is caught next pass
-            for pid in tree(self.root):
-                _signal(pid, signal.SIGSTOP)
+        # every process listed is stopped, then listed again until none is still running: a fork
+        # between one listing and its stop shows in the next one, still running, and is stopped
+        for pid in tree(self.root):
+            _signal(pid, signal.SIGSTOP)
         end = time.monotonic() + _SETTLE_S
         snapshot = tree(self.root)
         while any(state[0] not in _STILL for state, _ in snapshot.values()) and time.monotonic() < end:
