@@ -201,10 +201,11 @@ def sweep_scratch(tmp: Path, now: float | None = None) -> list[Path]:
         except OSError:
             continue
         try:
-            idle = now - max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.iterdir())])
+            st = folder.stat()
+            idle = now - max([st.st_mtime, *(p.stat().st_mtime for p in folder.iterdir())])
         except OSError:
             continue
-        if idle >= SCRATCH_IDLE_S and folder.stat().st_uid == os.getuid():
+        if idle >= SCRATCH_IDLE_S and st.st_uid == os.getuid():
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed

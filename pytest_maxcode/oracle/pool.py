@@ -225,8 +225,8 @@ class Zygote:
     _watch: FolderWatch | None = None
     _overfilled: str | None = None
     _signals: SignalFreeze | None = None
-    #: empty the job folder and the sandbox's private /tmp and /dev/shm after every job (the
-    #: candidates' worker: what one candidate leaves there is not seen by the next)
+    #: empty the job folder and the sandbox's private /tmp and /dev/shm before another candidate's
+    #: first job (the candidates' worker: what one candidate leaves there is not seen by the next)
     clear_between_jobs: bool = False
 
     @property

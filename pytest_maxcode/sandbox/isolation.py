@@ -91,6 +91,8 @@ while read -r _ _ _ _ mp _; do
 done < /proc/self/mountinfo
 exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all --no-new-privs -- "$@"
 """
+#: what bwrap gives each sandbox a tmpfs of its own for
+PRIVATE_TMPFS = ("/tmp", "/dev/shm")
 #: the shell that joins the cgroups and sets the rlimits, then execs the sandbox (no pre-exec
 #: hook in Python: that forces a full fork of a process that may hold gigabytes)
 _STARTER = 'while [ "$1" != -- ]; do eval "$1" || exit 125; shift; done; shift; exec "$@"'
@@ -136,7 +138,7 @@ class Isolation:
     @property
     def private_scratch(self) -> tuple[str, ...]:
         """The writable folders this kind gives each sandbox its own of (besides its job folder)."""
-        return {"bwrap": ("/tmp", "/dev/shm"), "unshare": ("/dev/shm",)}.get(self.kind, ())
+        return {"bwrap": PRIVATE_TMPFS, "unshare": ("/dev/shm",)}.get(self.kind, ())
 
 
 @functools.lru_cache(maxsize=None)
@@ -207,7 +209,9 @@ def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], re
     else:
         argv += ["--ro-bind", "/", "/"]
     size = ["--size", str(scratch)] if scratch else []
-    argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for path in PRIVATE_TMPFS:
+        argv += [*size, "--tmpfs", path]
     for path in (_beside_the_system(readable) if view == "toolchain" else _hidden_by_tmpfs(readable)):
         argv += ["--ro-bind", str(path), str(path)]
     for path in _credentials():  # after the binds above: one of them may hold the home folder
@@ -279,13 +283,13 @@ def _toolchain_paths() -> list[Path]:
 
 def _hidden_by_tmpfs(paths: Sequence[Path]) -> list[Path]:
     """The folders under the sandbox's private /tmp or /dev/shm that it must still read, outermost only."""
-    hidden = (Path("/tmp"), Path("/dev/shm"))
+    hidden = [Path(p) for p in PRIVATE_TMPFS]
     return _outermost([p for p in paths if any(Path(os.path.abspath(p)).is_relative_to(h) for h in hidden)])
 
 
 def _outermost(paths: Sequence[Path]) -> list[Path]:
     """The existing folders among ``paths`` (other than ``/``, ``/tmp`` and ``/dev/shm`` themselves), outermost only."""
-    skip = {Path("/"), Path("/tmp"), Path("/dev/shm")}
+    skip = {Path("/"), *map(Path, PRIVATE_TMPFS)}
     inside = sorted({q for q in (Path(os.path.abspath(p)) for p in paths) if q.exists() and q not in skip},
                     key=lambda q: len(q.parts))
     kept: list[Path] = []
