@@ -657,6 +657,10 @@ def _with_best(entry: TargetResult, result: SearchResult, best: Node, root: Path
         entry.reason = f"the best correct candidate is not faster: {v.reasons[0] if v.reasons else ''}"
 
 
+def _number(x: object) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
 def _measurement(v: Verdict) -> Measurement:
     """The best verdict's blocks and the machine's noise meanwhile, for every rendering of the report."""
     d = v.diagnostics
@@ -668,7 +672,7 @@ def _measurement(v: Verdict) -> Measurement:
     call_us = v.candidate_s * 1e6 if v.candidate_s else None
     kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None
     noise = d.get("noise") or {}
-    loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]))] if noise.get("run_spread") else []
+    loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]), _number(noise.get("pressure")))] if noise.get("run_spread") else []
     threads = d.get("threads")
     return Measurement(
         blocks=blocks, spread=noise.get("spread"),

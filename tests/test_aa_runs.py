@@ -76,7 +76,7 @@ def quiet(project: Path) -> list[dict]:
 def _table(runs: list[dict], held: list[int]) -> str:
     return "\n" + "\n".join(
         f"held by {h}: {r['speedup']}x {r['speedup_ci']} {r['status']}, blocks "
-        f"{[(b['speedup'], b['busy']) for b in r['diagnostics'].get('blocks', [])]}, set aside {r['diagnostics'].get('disturbed_rounds')}"
+        f"{[(b['speedup'], b['busy'], b.get('pressure')) for b in r['diagnostics'].get('blocks', [])]}, set aside {r['diagnostics'].get('disturbed_rounds')}"
         for h, r in zip(held, runs))
 
 
@@ -91,8 +91,10 @@ def test_every_run_lies_inside_the_other_runs_intervals(quiet: list[dict]) -> No
 
 def test_beside_a_cpu_hog_each_run_lies_inside_the_others_intervals(project: Path) -> None:
     # Beside the hog whole runs differ more than the blocks of one run do (CI: six runs from
-    # 2.69x to 4.07x, each run's blocks within 12%, intervals that excluded each other): the
-    # blocks see their rounds disturbed and the interval allows for the next run (issue 14).
+    # 2.69x to 4.07x, each run's blocks within 12%, intervals that excluded each other; later
+    # three runs near 2.9x, then three near 2.1x): the blocks see the machine's CPU pressure and
+    # the interval allows for the next run (issue 14). The rounds' disturbed share alone missed
+    # it: runs whose blocks saw 0 to 12% of rounds disturbed quoted narrow intervals.
     # Issue 14 asks for every other run; with six runs one miss per run is allowed here, as
     # the intervals are built for about 99% of pairs, and no two "faster" claims may exclude
     # each other

@@ -171,11 +171,31 @@ def test_blocks_timed_on_a_loaded_machine_quote_an_interval_for_the_next_run() -
     assert quiet.diagnostics["noise"]["run_spread"] == 0.0
 
 
-def _block(speedup: float, busy: float = 0.0) -> Verdict:
+def _block(speedup: float, busy: float = 0.0, pressure: float | None = None) -> Verdict:
     v = Verdict("k.cpp", "faster", speedup=speedup, speedup_ci=[speedup * 0.95, speedup * 1.05])
     v.diagnostics["busy"] = busy
+    if pressure is not None:
+        v.diagnostics["pressure"] = pressure
     v.reasons = [f"{speedup}x clears 1.05"]
     return v
+
+
+def test_where_the_kernel_reports_cpu_pressure_it_says_whether_the_machine_was_loaded() -> None:
+    # CI beside a hog of two processes: six runs, two regimes (2.75x to 3.16x, then 2.01x to
+    # 2.22x); the runs whose blocks saw few rounds disturbed (0 to 12%) quoted narrow intervals
+    # that excluded the other regime. The hog's pressure (0.69 to 0.76 here) marks them loaded
+    a = combined_blocks([_block(2.92, 0.09, 0.72), _block(2.64, 0.0, 0.71), _block(2.71, 0.12, 0.73)], 1.05, device="cpu")
+    b = combined_blocks([_block(1.95, 0.03, 0.7), _block(2.11, 0.06, 0.74), _block(1.97, 0.03, 0.69)], 1.05, device="cpu")
+    assert a.status == b.status == "faster"
+    assert a.speedup_ci[0] <= b.speedup <= a.speedup_ci[1] and b.speedup_ci[0] <= a.speedup <= b.speedup_ci[1]
+    assert a.diagnostics["noise"]["pressure"] == pytest.approx(0.72) and a.diagnostics["noise"]["run_spread"] == stats.LOADED_RUN_SPREAD
+    assert "some task waited for a CPU during 72% of the timing" in a.reasons[0]
+    # the quiet VM's blocks can see 14% of rounds disturbed at a pressure of 0.10: not loaded
+    quiet = combined_blocks([_block(3.06, 0.14, 0.1), _block(3.31, 0.12, 0.1), _block(3.28, 0.06, 0.11)], 1.05, device="cpu")
+    assert quiet.diagnostics["noise"]["run_spread"] == 0.0 and "loaded" not in quiet.reasons[0]
+    # one block without a reading (a kernel without PSI): the rounds decide, as before
+    mixed = combined_blocks([_block(3.06, 0.14, 0.1), _block(3.31, 0.12), _block(3.28, 0.06, 0.11)], 1.05, device="cpu")
+    assert mixed.diagnostics["noise"]["pressure"] is None and mixed.diagnostics["noise"]["run_spread"] == stats.LOADED_RUN_SPREAD
 
 
 def test_a_block_the_machines_load_spoilt_is_set_aside_when_enough_others_are_clean() -> None:
