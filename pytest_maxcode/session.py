@@ -91,6 +91,9 @@ class MaxcodeSession:
         self._oracle_lock = threading.Lock()
         #: set on Ctrl-C: searches in worker threads stop at their next progress line
         self._stop = threading.Event()
+        #: whether the searches are running: then the main thread, too, stops at its next
+        #: progress line once Ctrl-C was seen (see :meth:`_progress`)
+        self._searching = False
         #: why ``pytest --maxcode`` exits 6 although the tests passed (None: it does not)
         self.problem: str | None = None
         #: set when Ctrl-C ended the search: the number of targets whose report was written
@@ -171,8 +174,11 @@ class MaxcodeSession:
 
     def _progress(self, message: str) -> None:
         """The searches' progress line; after Ctrl-C it stops a search running in a worker
-        thread (KeyboardInterrupt reaches only the main thread)."""
-        if self._stop.is_set() and threading.current_thread() is not threading.main_thread():
+        thread (KeyboardInterrupt reaches only the main thread), and one in the main thread
+        whose KeyboardInterrupt was lost: raised inside a finalizer, Python prints "Exception
+        ignored" and goes on, and cleanup that fails in a ``finally`` replaces it with an
+        error the oracle judges (a full suite once saw a run go on to its end after Ctrl-C)."""
+        if self._stop.is_set() and (self._searching or threading.current_thread() is not threading.main_thread()):
             raise SearchInterrupted("interrupted")
         self._say(message)
 
@@ -324,6 +330,7 @@ class MaxcodeSession:
         workers = max(1, min(self.settings.parallel_targets, len(items) or 1))
         status = "finished"
         previous = self._catch_ctrl_c()
+        self._searching = True
         try:
             if workers == 1:  # in this thread, so Ctrl-C stops the search where it is
                 out = [one(item) for item in items]
@@ -338,11 +345,13 @@ class MaxcodeSession:
                     raise
                 pool.shutdown()
         except KeyboardInterrupt:
+            self._searching = False
             status = "interrupted"
             with Store(path) as store:
                 self._keep_cut_batch(store, run_id)
             raise
         finally:
+            self._searching = False
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
             for service in self._services():

@@ -135,7 +135,8 @@ def test_ctrl_c_writes_what_finished_marks_the_run_and_resumes(pytester: pytest.
     stopped_in = time.monotonic() - sent
     reader.join(timeout=10)
     out = "".join(lines)
-    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    lost = [line for line in out.splitlines() if "Exception ignored" in line or "Interrupt" in line]
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, (lost, out[-3000:])
     print(f"stopped {stopped_in:.1f} s after SIGINT")
     assert stopped_in < 20, f"took {stopped_in:.1f} s to stop"
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-5000:]
@@ -211,3 +212,31 @@ def test_ctrl_c_with_a_model_request_in_flight_stops_in_seconds(pytester: pytest
     assert "Traceback" not in out, out[-5000:]
     assert [line for line in out.splitlines() if line.startswith("maxcode: interrupted")] == [
         "maxcode: interrupted; wrote the report of 0 finished target(s); resume with the same command"]
+
+
+def test_a_ctrl_c_whose_keyboardinterrupt_was_lost_stops_the_search_at_its_next_progress_line(pytester: pytest.Pytester) -> None:
+    """Raised inside a finalizer, a KeyboardInterrupt is printed as "Exception ignored" and
+    lost; replaced by an error in a cleanup's ``finally``, it becomes a verdict. The run must
+    stop all the same (a full suite once saw one go on to its end after Ctrl-C)."""
+    from pytest_maxcode import options
+    from pytest_maxcode.errors import SearchInterrupted
+    from pytest_maxcode.session import MaxcodeSession
+
+    session = MaxcodeSession(pytester.parseconfig(), options.load_settings({}, pytester.path / "pyproject.toml"))
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's pytest has it (not nohup's)
+    try:
+        previous = session._catch_ctrl_c()
+        session._searching = True
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)  # the handler runs here
+        except KeyboardInterrupt:
+            pass  # lost
+        assert session._stop.is_set()
+        with pytest.raises(SearchInterrupted):
+            session._progress("[2/8] checking rows-1.cpp")
+        session._searching = False
+        session._progress("writing the report")  # what runs after the search still may
+    finally:
+        signal.signal(signal.SIGINT, outer)
+    assert previous is signal.default_int_handler
