@@ -61,7 +61,8 @@ CALLGRIND_SHIM = build_mod.CALLGRIND_SHIM
 #: 5: a block timed while other work held the CPU for most of its rounds is retaken, not used
 #: 6: blocks timed on a loaded machine quote an interval wide enough for the next run
 #: 7: a machine is loaded by its CPU pressure during the timing, where the kernel reports it
-VERDICT_RULE = 7
+#: 8: each side's inputs are written, and its outputs poisoned, from the servers' core
+VERDICT_RULE = 8
 #: time limits stretch by this much when the worker runs under valgrind
 VALGRIND_SLOWDOWN = 50.0
 #: two measurements (blocks, or a program's confirmation) whose speedups lie this factor apart disagree
