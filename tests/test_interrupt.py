@@ -214,7 +214,8 @@ def test_ctrl_c_with_a_model_request_in_flight_stops_in_seconds(pytester: pytest
         "maxcode: interrupted; wrote the report of 0 finished target(s); resume with the same command"]
 
 
-def test_a_ctrl_c_whose_keyboardinterrupt_was_lost_stops_the_search_at_its_next_progress_line(pytester: pytest.Pytester) -> None:
+def test_a_ctrl_c_whose_keyboardinterrupt_was_lost_stops_the_search_at_its_next_progress_line(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Raised inside a finalizer, a KeyboardInterrupt is printed as "Exception ignored" and
     lost; replaced by an error in a cleanup's ``finally``, it becomes a verdict. The run must
     stop all the same (a full suite once saw one go on to its end after Ctrl-C)."""
@@ -222,6 +223,9 @@ def test_a_ctrl_c_whose_keyboardinterrupt_was_lost_stops_the_search_at_its_next_
     from pytest_maxcode.errors import SearchInterrupted
     from pytest_maxcode.session import MaxcodeSession
 
+    from pytest_maxcode.targets.decorator import ON_REGISTER
+
+    monkeypatch.setattr("pytest_maxcode.session.REGISTRY", {})  # this process's own targets stay as they are
     session = MaxcodeSession(pytester.parseconfig(), options.load_settings({}, pytester.path / "pyproject.toml"))
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's pytest has it (not nohup's)
     try:
@@ -239,4 +243,6 @@ def test_a_ctrl_c_whose_keyboardinterrupt_was_lost_stops_the_search_at_its_next_
         session._progress("writing the report")  # what runs after the search still may
     finally:
         signal.signal(signal.SIGINT, outer)
+        session.pytest_sessionfinish(None, pytest.ExitCode.INTERRUPTED)  # type: ignore[arg-type]
     assert previous is signal.default_int_handler
+    assert session._maybe_attach not in ON_REGISTER  # targets decorated later are not captured

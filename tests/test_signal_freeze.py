@@ -132,3 +132,22 @@ def test_without_a_freezer_a_candidate_that_outruns_the_stop_is_rejected(tmp_pat
     assert attacker.status == "rejected", (attacker.status, attacker.reasons)
     assert attacker.reasons[0].startswith("its sandbox ran while it was to be stopped"), attacker.reasons
     assert honest.status in CORRECT, (honest.status, honest.reasons)
+
+
+def test_a_leftover_process_adds_to_the_reason_that_rejected_a_candidate_first() -> None:
+    # the helper that outran the stop was still there when the job ended: before, its
+    # leftover replaced "its sandbox ran while it was to be stopped", the reason that mattered
+    from types import SimpleNamespace
+
+    from pytest_maxcode.oracle.check import Verdict
+
+    output = SimpleNamespace(text=lambda: "", overflowed=False)
+    child = SimpleNamespace(exit_code=0, output=output, overfilled=None, leftovers=3, stage="time default")
+    ran = Verdict("outrun.cpp", "rejected", reasons=["its sandbox ran while it was to be stopped (...): 9 process(es) started"])
+    Oracle._settle(SimpleNamespace(config=CheckConfig()), child, ran)  # type: ignore[arg-type]
+    assert ran.status == "rejected"
+    assert ran.reasons == ["its sandbox ran while it was to be stopped (...): 9 process(es) started",
+                           "left 3 process(es) running after it returned"]
+    passed = Verdict("k.cpp", "faster", reasons=["3x clears 1.05"])
+    Oracle._settle(SimpleNamespace(config=CheckConfig()), child, passed)  # type: ignore[arg-type]
+    assert passed.status == "rejected" and passed.reasons == ["left 3 process(es) running after it returned"]

@@ -870,8 +870,12 @@ class Oracle:
             v.reasons = [child.overfilled]
             return
         if child.leftovers and v.status not in (VerdictStatus.CRASH, VerdictStatus.TIMEOUT):
-            v.status = VerdictStatus.REJECTED
-            v.reasons = [f"left {child.leftovers} process(es) running after it returned"]
+            left = f"left {child.leftovers} process(es) running after it returned"
+            if v.status == VerdictStatus.REJECTED:  # what rejected it first stays its reason
+                v.reasons.append(left)
+            else:
+                v.status = VerdictStatus.REJECTED
+                v.reasons = [left]
         if v.status in (VerdictStatus.RUNTIME_ERROR, VerdictStatus.CRASH) and self.config.max_memory and _memory_related(v.reasons):
             v.reasons.append(f"the memory limit was {self.config.max_memory / GiB:.3g} GiB (--max-memory)")
 
