@@ -230,6 +230,15 @@ def test_markdown_has_summary_table_and_sections() -> None:
     assert "3.1 ms" in md and "1.35 ms" in md
 
 
+def test_a_reproduce_line_keeps_the_spaces_around_its_command() -> None:
+    from pytest_maxcode.report._markdown import _code_spans
+
+    line = "k 4.28x [3.56, 5.14]: re-measure with `maxcode remeasure k --repeat 5` (each repeat should land in [3.56, 5.14])"
+    assert _code_spans(line) == ("k 4.28x [3.56, 5.14]: re-measure with `maxcode remeasure k --repeat 5` "
+                                 "(each repeat should land in [3.56, 5.14])")
+    assert _code_spans("`maxcode check a.cpp` *then*") == "`maxcode check a.cpp` \\*then\\*"
+
+
 def test_markdown_cells_cannot_break_the_table() -> None:
     report = sample_report()
     report["targets"][0]["id"] = "evil|id\n<b>x</b>"

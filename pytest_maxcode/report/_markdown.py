@@ -84,7 +84,12 @@ def _code_spans(line: str) -> str:
     if not (sep and sep2):
         return md_escape(line)
     fence = "``" if "`" in cmd else "`"
-    return f"{md_escape(head)}{fence}{cmd}{fence}{md_escape(tail)}"
+    return f"{_spaced(head)}{fence}{cmd}{fence}{_spaced(tail)}"
+
+
+def _spaced(text: str) -> str:
+    """Escaped text that keeps one space at either end where it had one (beside a code span)."""
+    return (" " if text[:1].isspace() else "") + md_escape(text) + (" " if text[-1:].isspace() else "")
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
