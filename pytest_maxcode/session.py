@@ -667,6 +667,7 @@ def _with_best(entry: TargetResult, result: SearchResult, best: Node, root: Path
 
 
 def _number(x: object) -> float | None:
+    """A number read from a verdict's diagnostics (JSON: a bool is not one), or None."""
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
@@ -675,8 +676,7 @@ def _measurement(v: Verdict) -> Measurement:
     d = v.diagnostics
     blocks = [float(b["speedup"]) for b in d.get("blocks") or []
               if isinstance(b, dict) and b.get("speedup") is not None and b.get("used", True)]
-    overhead = d.get("call_overhead_us")
-    overhead = float(overhead) if isinstance(overhead, (int, float)) else None
+    overhead = _number(d.get("call_overhead_us"))
     # the timed call includes the call path: the kernel's own time is what is left of it
     call_us = v.candidate_s * 1e6 if v.candidate_s else None
     kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None

@@ -54,8 +54,6 @@ SPIN_FACTOR = 4.0
 #: longer than this (ns), or than DISTURBED_SHARE of the sample: other work had the core
 DISTURBED_NS = 20_000
 DISTURBED_SHARE = 0.02
-#: whether each side's inputs and poisoned outputs are written from the servers' cores (Cores.staging)
-STAGE_ON_SERVERS = True
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,7 @@ class Cores:
         where the rest measured 3x. Written from the servers' core, 35 runs alternating with 35
         the old way spread 0.043 against 0.065 (sd of the log speedup), with no such run; and the
         inputs are where a caller's own thread would have left them."""
-        with _on(set(self.servers) if self.timer is not None and STAGE_ON_SERVERS else None):
+        with _on(set(self.servers) if self.timer is not None else None):
             yield
 
 
