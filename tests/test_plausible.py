@@ -171,3 +171,22 @@ def test_the_trusted_wall_clock_has_the_last_word_over_instruction_counts(counte
     assert v.diagnostics["wall"]["speedup_ci"] == [wall[1], wall[2]]
     if expected == "not_faster":
         assert "below the bar of 1.05x" in v.reasons[0] and f"{wall[0]:.3g}x" in v.reasons[0], v.reasons
+
+
+COUNT_FLOPS = """
+import sys, torch
+from pytest_maxcode.oracle.remote._maxcode_worker import _count_flops
+x, w = torch.randn(64, 128), torch.randn(128, 32)
+print(_count_flops(lambda a, b: torch.relu(a @ b) * 2, [x, w], "cpu"), _count_flops(lambda a, b: a + 1, [x, w], "cpu"),
+      "torch._dynamo" in sys.modules)
+"""
+
+
+def test_the_reference_flop_count_is_torchs_and_does_not_load_dynamo() -> None:
+    """The compute roof's FLOPs come from torch's counter; its dispatch wrapper would import
+    Dynamo (1.2 s on every oracle's start) for a reference that compiles nothing."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", COUNT_FLOPS], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.split() == [str(2 * 64 * 128 * 32), "0", "False"], out
