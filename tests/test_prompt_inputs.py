@@ -6,13 +6,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pytest_maxcode.search.policy import TargetInfo
-from pytest_maxcode.search.prompts import PromptContext, describe_target, render_inputs
+from pytest_maxcode.search.prompts import PromptContext, describe_target, describe_target_early, render_inputs
 from pytest_maxcode.targets.introspect import describe
 
 torch = pytest.importorskip("torch")
@@ -230,6 +232,24 @@ def test_kernelbench_problem_prompt_states_the_constructor_call(tmp_path: Path) 
     assert _line("- inputs[0] `x` (argument)", {"w0": sets["w0"][0]}) in text
     for line in _output_lines(outs):
         assert line in text, line
+
+
+def test_a_description_read_in_a_child_process_starts_before_it_is_asked_for(tmp_path: Path) -> None:
+    """The search starts it before the oracle's workers and reads it after them: the child's
+    torch import overlaps theirs. The problem's module marks each process that imports it."""
+    marking = "import os, pathlib\npathlib.Path(__file__).with_name(f'imported-{os.getpid()}').touch()\n"
+    mod = _import(tmp_path, "refmod_early", marking + MODULE_SRC)
+    sets = {"w0": [torch.randn(8, 10)]}
+    workloads = _workloads(tmp_path, sets, _recorded(_outputs(mod.Model(*mod.get_init_inputs()), sets)))
+    target = TargetInfo("refmod_early.Model", "refmod_early", "Model", tmp_path / "refmod_early.py", "module", "cpp", problem=True)
+    get = describe_target_early(target, workloads, tmp_path)
+    child = lambda: [m for m in tmp_path.glob("imported-*") if m.name != f"imported-{os.getpid()}"]  # noqa: E731
+    deadline = time.monotonic() + 120
+    while not child() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert child(), "nothing imported the problem before its description was asked for"
+    desc = get()
+    assert desc is not None and desc == describe_target(target, workloads, tmp_path)
 
 
 def test_function_prompt_lists_arguments_scalars_and_the_module_constants_the_code_reads(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ from .policy import (
     candidates_dir,
     materialize,
 )
-from .prompts import PromptContext, describe_target, target_reference_text
+from .prompts import PromptContext, describe_target, describe_target_early, target_reference_text
 from .state import Proposal, SearchState
 from .strategies import make_strategy
 from .strategy import Ask, Proposer, Strategy, StrategyParams
@@ -323,13 +323,15 @@ def _search(setup: Setup, root: Path, settings: Settings, start: float, ctx: Sea
     try:
         try:
             t0 = time.monotonic()
+            described = (describe_target_early(target, workloads, root)
+                         if policy_name == "llm" and builtin is None and llm is not None else None)
             with lock:
                 oracle.prepare()
             result.timings["setup_s"] += time.monotonic() - t0
             setup.prepared()
             oracle.eval_key = evaluation_key(setup.config, [w.get("key") or w["signature"] for w in workloads], setup.reference_norm)
             build = " ".join(["g++", *(setup.config.cxxflags or [])]) if target.kind == "program" else ""
-            policy = builtin or _make_policy(policy_name, makings, workloads, result, build)
+            policy = builtin or _make_policy(policy_name, makings, workloads, result, build, described)
             merged = BuiltinPolicy(target, root, device, torch_compile=False).accepted() if builtin is None else None
             if merged is not None:  # a model improves on the kernel the lock accepts (the built-in policy starts with it)
                 policy = AcceptedFirst(policy, merged)
@@ -420,7 +422,8 @@ def _make_critic(makings: _Makings) -> Any:
                      concurrency=settings.llm_concurrency)
 
 
-def _make_policy(name: str, makings: _Makings, workloads: list[dict[str, Any]], result: SearchResult, build: str = "") -> Proposer:
+def _make_policy(name: str, makings: _Makings, workloads: list[dict[str, Any]], result: SearchResult, build: str = "",
+                 described: Callable[[], dict[str, Any] | None] | None = None) -> Proposer:
     """The policy by name (a plugin's first), else the LLM policy: its prompt's context (the
     target, its workloads, the machine, the build command) and its observation; names the model
     and the observation in ``result``."""
@@ -445,7 +448,7 @@ def _make_policy(name: str, makings: _Makings, workloads: list[dict[str, Any]], 
         fmt=fmt, lang=lang, entry=entry, workloads=workloads, device=describe_device(device, root), build=build,
         atol=target.atol, rtol=target.rtol, max_tokens=settings.max_tokens,
         temperature=settings.temperature, thinking_tokens=settings.thinking_tokens,
-        inputs=describe_target(target, workloads, root),
+        inputs=described() if described is not None else describe_target(target, workloads, root),
     )
     result.llm = f"{llm.client.provider}:{llm.client.model}"
     result.observation = "+".join(parts)
