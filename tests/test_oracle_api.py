@@ -74,3 +74,40 @@ def test_the_scratch_of_a_killed_run_is_swept_and_no_other(tmp_path: Path) -> No
             os.utime(path, (old, old))
     assert sweep_scratch(tmp_path, now) == [folders["killed long ago"]]
     assert [name for name, folder in folders.items() if folder.exists()] == ["killed just now", "running", "someone else's"]
+
+
+COMPILED = '''
+import sys
+
+import torch
+
+with open({mark!r}, "a") as f:  # what this job's process had loaded before the candidate compiled
+    f.write(f"{{'torch._dynamo' in sys.modules}}\\n")
+
+
+@torch.compile(backend="eager")
+def _chain(x, bias):
+    y = torch.relu(x * 2.0 + bias)
+    return y * y - 0.5
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x, bias):
+        return _chain(x, bias)
+'''
+
+
+def test_compiling_candidates_find_the_compiler_loaded(project: Path) -> None:
+    """Each job of a candidate (its screening, each further block) is a fresh child of the
+    zygote: the zygote loads torch.compile's machinery once, when the first candidate that
+    calls it arrives, and every job from then on inherits it instead of importing it again."""
+    os.chdir(project)
+    mark = project / "loaded.txt"
+    for name in ("compiled.py", "compiled_too.py"):
+        (project / name).write_text(COMPILED.format(mark=str(mark)))
+    # no sandbox: the candidates write their marks where this test reads them
+    with Oracle(parse_reference("ref.py"), CheckConfig(time_budget=0.05, timeout=120, sandbox="none"), project) as oracle:
+        verdicts = oracle.check([CandidateSpec.from_path("compiled.py"), CandidateSpec.from_path("compiled_too.py")])
+    assert all(v.correct for v in verdicts), [v.reasons for v in verdicts]
+    seen = mark.read_text().split()
+    assert len(seen) >= 2 and set(seen) == {"True"}, seen

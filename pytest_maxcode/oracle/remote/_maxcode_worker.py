@@ -1429,6 +1429,27 @@ def _decode_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+def _compiles(path: str | None) -> bool:
+    """Whether a Python candidate's source calls ``torch.compile`` (read as text, never run here)."""
+    try:
+        with open(path or "", encoding="utf-8", errors="replace") as f:
+            return "torch.compile" in f.read()
+    except OSError:
+        return False
+
+
+def _load_compiler() -> bool:
+    """Dynamo and Inductor imported once here, where every later job's child inherits them: a
+    ``torch.compile`` candidate's blocks and confirmations are fresh children, and each imported
+    them again (2 s on the 2-core VM; its compiled code is cached in /tmp for its next blocks).
+    Decorating compiles nothing, and starts no thread in this process that forks."""
+    try:
+        torch.compile(lambda x: x)
+    except Exception:  # noqa: BLE001 - a torch that cannot compile here: the child says why
+        pass
+    return True
+
+
 def main(ctl_fd: int, parent: int) -> None:
     _die_with_parent(parent)
     ctl = socket.socket(fileno=ctl_fd)
@@ -1450,6 +1471,7 @@ def main(ctl_fd: int, parent: int) -> None:
     _dumpable(False)
     inputs = None
     owner = None  # the candidate whose jobs ran last
+    compiler_loaded = False
     while True:
         name, kw, fds = _recv_ctl(ctl)
         if name == "exit":
@@ -1471,6 +1493,8 @@ def main(ctl_fd: int, parent: int) -> None:
             if job.get("kind") == "candidate" and job.get("path") != owner:
                 _clear(shared)
                 owner = job.get("path")
+                if not compiler_loaded and job.get("format") != "native" and _compiles(job.get("path")):
+                    compiler_loaded = _load_compiler()
             workdir = tempfile.mkdtemp(prefix="maxcode-job-")
             me = os.getpid()
             pid = os.fork()
