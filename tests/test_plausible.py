@@ -3,6 +3,8 @@ does not bear out, are rejected with the figures; honest results at the margins 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -185,8 +187,5 @@ print(_count_flops(lambda a, b: torch.relu(a @ b) * 2, [x, w], "cpu"), _count_fl
 def test_the_reference_flop_count_is_torchs_and_does_not_load_dynamo() -> None:
     """The compute roof's FLOPs come from torch's counter; its dispatch wrapper would import
     Dynamo (1.2 s on every oracle's start) for a reference that compiles nothing."""
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", COUNT_FLOPS], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.split() == [str(2 * 64 * 128 * 32), "0", "False"], out

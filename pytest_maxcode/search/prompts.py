@@ -249,12 +249,18 @@ def describe_target_early(target: TargetInfo, workloads: list[dict[str, Any]], r
     """:func:`describe_target`, its child process started now and read when called: the child's
     torch import (1.3 s on the 2-core VM) then overlaps the oracle's start instead of following
     it. Where the description is read in this process, nothing starts early."""
-    if target.kind == "program" or not workloads or (not target.problem and target.module in sys.modules):
+    if not _described_in_a_child(target, workloads):
         return lambda: describe_target(target, workloads, root)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maxcode-describe")
     future = pool.submit(describe_target, target, workloads, root)
     pool.shutdown(wait=False)
     return future.result
+
+
+def _described_in_a_child(target: TargetInfo, workloads: list[dict[str, Any]]) -> bool:
+    """Whether :func:`describe_target` starts a child process: a target with captured workloads
+    whose module this process has not imported (a KernelBench problem never is)."""
+    return target.kind != "program" and bool(workloads) and (target.problem or target.module not in sys.modules)
 
 
 def describe_target(target: TargetInfo, workloads: list[dict[str, Any]], root: Path) -> dict[str, Any] | None:
@@ -271,7 +277,7 @@ def describe_target(target: TargetInfo, workloads: list[dict[str, Any]], root: P
     spec = {"kind": target.kind, "path": str(target.source_file), "qualname": target.qualname, "rootdir": str(root),
             "module": None if target.problem else target.module, "captured": captured,
             "instance": str(instance) if instance is not None and instance.exists() and not target.problem else None}
-    if not target.problem and target.module in sys.modules:
+    if not _described_in_a_child(target, workloads):
         try:
             # nothing added to this process's sys.path; JSON's shapes, as the child's are
             return json.loads(json.dumps(describe_spec({**spec, "rootdir": None})))

@@ -1438,7 +1438,7 @@ def _compiles(path: str | None) -> bool:
         return False
 
 
-def _load_compiler() -> bool:
+def _load_compiler() -> None:
     """Dynamo and Inductor imported once here, where every later job's child inherits them: a
     ``torch.compile`` candidate's blocks and confirmations are fresh children, and each imported
     them again (2 s on the 2-core VM; its compiled code is cached in /tmp for its next blocks).
@@ -1447,7 +1447,6 @@ def _load_compiler() -> bool:
         torch.compile(lambda x: x)
     except Exception:  # noqa: BLE001 - a torch that cannot compile here: the child says why
         pass
-    return True
 
 
 def main(ctl_fd: int, parent: int) -> None:
@@ -1494,7 +1493,8 @@ def main(ctl_fd: int, parent: int) -> None:
                 _clear(shared)
                 owner = job.get("path")
                 if not compiler_loaded and job.get("format") != "native" and _compiles(job.get("path")):
-                    compiler_loaded = _load_compiler()
+                    _load_compiler()
+                    compiler_loaded = True
             workdir = tempfile.mkdtemp(prefix="maxcode-job-")
             me = os.getpid()
             pid = os.fork()
