@@ -189,3 +189,32 @@ def test_the_reference_flop_count_is_torchs_and_does_not_load_dynamo() -> None:
     Dynamo (1.2 s on every oracle's start) for a reference that compiles nothing."""
     out = subprocess.run([sys.executable, "-c", COUNT_FLOPS], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.split() == [str(2 * 64 * 128 * 32), "0", "False"], out
+
+
+def test_the_vector_isa_answer_is_read_from_the_machine_cache(tmp_path: Path) -> None:
+    """Once measured, the answer is read back: a worker is told what the cache says."""
+    for answer in (False, True):
+        path = probe.vector_isa_path(tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'{{"vec_isa_ok": {str(answer).lower()}}}')
+        assert probe.vector_isa_ok(tmp_path) is answer
+
+
+def test_a_vector_isa_probe_that_fails_says_none_and_is_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe that cannot run leaves the question to each worker's own probe, and is asked again next time."""
+    monkeypatch.setattr(probe, "_VEC_ISA_PROBE", "raise SystemExit(3)")
+    assert probe.vector_isa_ok(tmp_path) is None
+    monkeypatch.setattr(probe, "_VEC_ISA_PROBE", "print('not json')")
+    assert probe.vector_isa_ok(tmp_path) is None
+    assert not probe.vector_isa_path(tmp_path).exists()
+
+
+def test_a_new_compiler_is_a_new_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer is the compiler's as much as the CPU's: another ``$CXX`` is looked up afresh."""
+    compiler = tmp_path / "bin" / "g++"
+    compiler.parent.mkdir()
+    compiler.write_text("#!/bin/sh\nexit 1\n")
+    compiler.chmod(0o755)
+    before = probe.vector_isa_path(tmp_path)
+    monkeypatch.setenv("CXX", str(compiler))
+    assert probe.vector_isa_path(tmp_path) != before

@@ -268,6 +268,8 @@ class Oracle:
         self.workloads: list[Workload] = []
         self._bandwidth: float | None = None
         self._flops: float | None = None
+        #: the machine's answer to Inductor's vector-instruction probe, once asked (probe.vector_isa_ok)
+        self._vec_isa: tuple[bool | None] | None = None
         self._slowdown = 1.0
         self._cg_dir: Path | None = None
         self._inputs_path: Path | None = None
@@ -725,7 +727,17 @@ class Oracle:
             ranges=ranges,
             settle_s=SETTLE_S,
             instruction_rounds=INSTRUCTION_ROUNDS,
+            vec_isa_ok=self._vec_isa_ok(cand),
         )
+
+    def _vec_isa_ok(self, cand: CandidateSpec) -> bool | None:
+        """For a candidate that calls torch.compile: whether its worker may skip Inductor's probe
+        of the CPU (measured here once per machine, never in a sandbox); None for any other."""
+        if cand.format == "native" or "torch.compile" not in cand.text:
+            return None
+        if self._vec_isa is None:
+            self._vec_isa = (probe.vector_isa_ok(probe.cache_dir()),)
+        return self._vec_isa[0]
 
     def _run(self, cand: CandidateSpec, built: build_mod.BuildResult | None, v: Verdict, later_block: bool = False) -> None:
         """One candidate's run on its sandboxed worker: build, load, every correctness set, the

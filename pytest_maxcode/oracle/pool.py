@@ -248,6 +248,10 @@ class Zygote:
         env = dict(self.env)
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
         env["MAXCODE_DISABLE"] = "1"  # a decorated reference inside a worker is always the reference
+        # a candidate's torch.compile caches live in its job folder, emptied before the next
+        # candidate: a precompiled header (150 MB, 4 s on the 2-core VM) would be built for
+        # each candidate's first compile and pay for itself only over many
+        env.setdefault("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "0")
         # inside a PID namespace our pid means nothing: the worker then relies on its
         # parent-death signal and on this socket closing
         parent = 0 if self.namespaced else os.getpid()

@@ -13,6 +13,10 @@ import hashlib
 import json
 import os
 import platform
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -146,3 +150,66 @@ def cache_bytes(device: str, root: str = "/sys/devices/system/cpu") -> int:
     if device == "cuda":
         return int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
     return _cpu_cache_bytes(root)
+
+
+#: run in a fresh interpreter: Inductor's own probe of each vector instruction set (a test
+#: program built and loaded per set), then the sets it would take without probing
+_VEC_ISA_PROBE = """
+import json
+import torch._inductor.config as config
+from torch._inductor import cpu_vec_isa
+config.cpp.vec_isa_ok = None
+probed = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+cpu_vec_isa.valid_vec_isa_list.cache_clear()
+config.cpp.vec_isa_ok = True
+print(json.dumps({"probed": probed, "listed": [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]}))
+"""
+
+
+def _compiler_fingerprint() -> str:
+    """The C++ compiler Inductor calls (``$CXX`` or g++), by path, size and time: an upgrade is a new one."""
+    path = shutil.which(os.environ.get("CXX") or "g++")
+    if path is None:
+        return "none"
+    st = os.stat(path)
+    return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _vec_isa_fingerprint() -> dict[str, str]:
+    return dict(machine_fingerprint("cpu"), compiler=_compiler_fingerprint())
+
+
+def vector_isa_path(cache_dir: Path) -> Path:
+    """Where :func:`vector_isa_ok` keeps this machine's and compiler's answer."""
+    key = hashlib.sha256(json.dumps(_vec_isa_fingerprint(), sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir / "machine" / f"cpu-{key}-vec-isa.json"
+
+
+def vector_isa_ok(cache_dir: Path, timeout: float = 300.0) -> bool | None:
+    """Whether every vector instruction set this CPU lists passes Inductor's probe: then a
+    worker can skip that probe (``config.cpp.vec_isa_ok``) and take the same sets. The probe
+    builds and loads a test program per set (6 s on the 2-core VM), and Inductor keeps its
+    answer in memory only, so each sandboxed worker that compiles repeated it; here it runs
+    once per machine and compiler, in a process that never sees a candidate, and is cached.
+    None where it could not run (the worker then probes as before); a failure is not cached."""
+    fp = _vec_isa_fingerprint()
+    path = vector_isa_path(cache_dir)
+    try:
+        return bool(json.loads(path.read_text())["vec_isa_ok"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    with tempfile.TemporaryDirectory(prefix="maxcode-vec-isa-") as tmp:
+        env.update(TMPDIR=tmp, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+        try:
+            out = subprocess.run([sys.executable, "-c", _VEC_ISA_PROBE], env=env, capture_output=True, text=True,
+                                 timeout=timeout, stdin=subprocess.DEVNULL)
+            sets = json.loads(out.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return None
+    if out.returncode != 0 or not isinstance(sets, dict):
+        return None
+    ok = bool(sets.get("probed")) and sets.get("probed") == sets.get("listed")
+    result = {"vec_isa_ok": ok, "sets": sets, "machine": fp, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    write_atomic(path, json.dumps(result, indent=2))
+    return ok

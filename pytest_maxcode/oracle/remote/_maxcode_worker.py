@@ -1438,13 +1438,26 @@ def _compiles(path: str | None) -> bool:
         return False
 
 
-def _load_compiler() -> None:
+def _load_compiler(vec_isa_ok: bool) -> None:
     """Dynamo and Inductor imported once here, where every later job's child inherits them: a
     ``torch.compile`` candidate's blocks and confirmations are fresh children, and each imported
     them again (2 s on the 2-core VM; its compiled code is cached in /tmp for its next blocks).
-    Decorating compiles nothing, and starts no thread in this process that forks."""
+    Decorating compiles nothing, and starts no thread in this process that forks.
+
+    Inductor's probe of the CPU's vector instructions is settled here too: it builds a test
+    program per instruction set and loads each in a fresh Python (6 s on the 2-core VM), and
+    keeps its answer in memory only, so every candidate's first compile repeated it in its own
+    child. Where the trusted side found that every set the CPU lists passes (``vec_isa_ok``,
+    measured once per machine) the probe is skipped; otherwise it runs here, once, on no
+    candidate code, its files going to this candidate's job folder."""
     try:
         torch.compile(lambda x: x)
+        import torch._inductor.config as inductor_config
+        from torch._inductor import cpu_vec_isa
+
+        if vec_isa_ok:
+            inductor_config.cpp.vec_isa_ok = True
+        cpu_vec_isa.pick_vec_isa()
     except Exception:  # noqa: BLE001 - a torch that cannot compile here: the child says why
         pass
 
@@ -1493,7 +1506,7 @@ def main(ctl_fd: int, parent: int) -> None:
                 _clear(shared)
                 owner = job.get("path")
                 if not compiler_loaded and job.get("format") != "native" and _compiles(job.get("path")):
-                    _load_compiler()
+                    _load_compiler(job.get("vec_isa_ok") is True)
                     compiler_loaded = True
             workdir = tempfile.mkdtemp(prefix="maxcode-job-")
             me = os.getpid()
