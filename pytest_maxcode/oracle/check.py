@@ -745,6 +745,7 @@ class Oracle:
         any step ends the run with that step's status, and what the process left behind
         (:meth:`_settle`) can still turn a pass into a rejection."""
         assert self.zygote is not None
+        self._vec_isa_ok(cand)  # the machine's probe, the first time it is asked: not this candidate's time
         start = time.monotonic()
         timeout = self.config.timeout * self._slowdown
         first_timeout = timeout + (self.config.build_timeout if cand.format == "compat" else 0)
