@@ -191,6 +191,29 @@ def test_the_reference_flop_count_is_torchs_and_does_not_load_dynamo() -> None:
     assert out.split() == [str(2 * 64 * 128 * 32), "0", "False"], out
 
 
+COUNT_LAZY = """
+import torch
+from pytest_maxcode.oracle.remote._maxcode_worker import _count_flops
+compiled = []
+
+
+def reference(a, b):  # compiles on its first call: Dynamo loads while the counter is on
+    if not compiled:
+        compiled.append(torch.compile(lambda x, y: torch.relu(x @ y), backend="eager"))
+    return compiled[0](a, b)
+
+
+x, w = torch.randn(64, 128), torch.randn(128, 32)
+print(_count_flops(reference, [x, w], "cpu"), _count_flops(reference, [x, w], "cpu"))
+"""
+
+
+def test_a_reference_that_compiles_inside_its_first_call_is_still_counted() -> None:
+    """The counter's plain wrapper stays right when the reference itself loads Dynamo mid-count."""
+    out = subprocess.run([sys.executable, "-c", COUNT_LAZY], capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out.split() == [str(2 * 64 * 128 * 32)] * 2, out
+
+
 def test_the_vector_isa_answer_is_read_from_the_machine_cache(tmp_path: Path) -> None:
     """Once measured, the answer is read back: a worker is told what the cache says."""
     for answer in (False, True):
