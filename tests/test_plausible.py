@@ -241,3 +241,10 @@ def test_a_new_compiler_is_a_new_answer(tmp_path: Path, monkeypatch: pytest.Monk
     before = probe.vector_isa_path(tmp_path)
     monkeypatch.setenv("CXX", str(compiler))
     assert probe.vector_isa_path(tmp_path) != before
+
+
+def test_a_cache_folder_that_cannot_be_written_costs_a_measurement_not_the_run() -> None:
+    """``$MAXCODE_CACHE_DIR`` pointing somewhere unwritable: the figure is measured and used, only not kept."""
+    nowhere = Path("/proc/maxcode-cannot-write-here")
+    assert probe._cached(nowhere, "cpu", "bytes_per_s", lambda device: 1.5e10)["bytes_per_s"] == 1.5e10
+    assert not nowhere.exists()

@@ -99,8 +99,17 @@ def _cached(cache_dir: Path, device: str, name: str, measure: Callable[[str], fl
         except (OSError, ValueError):
             pass
     result = {name: measure(device), "machine": fp, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    write_atomic(path, json.dumps(result, indent=2))
+    _keep(path, result)
     return result
+
+
+def _keep(path: Path, result: dict) -> None:
+    """Cache a measurement; a cache folder this user cannot write costs the next run a
+    measurement, not this run its verdicts."""
+    try:
+        write_atomic(path, json.dumps(result, indent=2))
+    except OSError:
+        pass
 
 
 def bandwidth(cache_dir: Path, device: str) -> dict:
@@ -202,7 +211,8 @@ def vector_isa_ok(cache_dir: Path, timeout: float = 300.0) -> bool | None:
     with tempfile.TemporaryDirectory(prefix="maxcode-vec-isa-") as tmp:
         env.update(TMPDIR=tmp, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
         try:
-            out = subprocess.run([sys.executable, "-c", _VEC_ISA_PROBE], env=env, capture_output=True, text=True,
+            # run from the empty folder: `python -c` puts the working folder first on its path
+            out = subprocess.run([sys.executable, "-c", _VEC_ISA_PROBE], env=env, cwd=tmp, capture_output=True, text=True,
                                  timeout=timeout, stdin=subprocess.DEVNULL)
             sets = json.loads(out.stdout.strip().splitlines()[-1])
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
@@ -211,5 +221,5 @@ def vector_isa_ok(cache_dir: Path, timeout: float = 300.0) -> bool | None:
         return None
     ok = bool(sets.get("probed")) and sets.get("probed") == sets.get("listed")
     result = {"vec_isa_ok": ok, "sets": sets, "machine": fp, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    write_atomic(path, json.dumps(result, indent=2))
+    _keep(path, result)
     return ok
