@@ -727,14 +727,15 @@ class Oracle:
             ranges=ranges,
             settle_s=SETTLE_S,
             instruction_rounds=INSTRUCTION_ROUNDS,
-            vec_isa_ok=self._vec_isa_ok(cand),
+            # the worker loads torch's compiler before the first candidate that calls it, told
+            # whether it may skip Inductor's probe of the CPU (measured on this side)
+            compiles=calls_compile(cand),
+            vec_isa_ok=self._vec_isa_ok() if calls_compile(cand) else None,
         )
 
-    def _vec_isa_ok(self, cand: CandidateSpec) -> bool | None:
-        """For a candidate that calls torch.compile: whether its worker may skip Inductor's probe
-        of the CPU (measured here once per machine, never in a sandbox); None for any other."""
-        if cand.format == "native" or "torch.compile" not in cand.text:
-            return None
+    def _vec_isa_ok(self) -> bool | None:
+        """The machine's answer to Inductor's probe of the CPU (:func:`probe.vector_isa_ok`:
+        measured once per machine, never in a sandbox), asked once per oracle."""
         if self._vec_isa is None:
             self._vec_isa = (probe.vector_isa_ok(probe.cache_dir()),)
         return self._vec_isa[0]
@@ -745,7 +746,8 @@ class Oracle:
         any step ends the run with that step's status, and what the process left behind
         (:meth:`_settle`) can still turn a pass into a rejection."""
         assert self.zygote is not None
-        self._vec_isa_ok(cand)  # the machine's probe, the first time it is asked: not this candidate's time
+        if calls_compile(cand):
+            self._vec_isa_ok()  # the machine's probe, the first time it is asked: not this candidate's time
         start = time.monotonic()
         timeout = self.config.timeout * self._slowdown
         first_timeout = timeout + (self.config.build_timeout if cand.format == "compat" else 0)
@@ -1114,6 +1116,11 @@ def decide(v: Verdict, sp: Any, min_speedup: float, *, device: str, timer: str, 
         if undecided(v.status, v.speedup_ci, min_speedup):
             v.diagnostics["undecided"] = True
             v.reasons[0] += f": too noisy to decide (the interval spans a factor of {sp.high / sp.low:.3g})"
+
+
+def calls_compile(cand: CandidateSpec) -> bool:
+    """Whether a Python candidate's source calls ``torch.compile`` (read as text, never run)."""
+    return cand.format != "native" and "torch.compile" in cand.text
 
 
 def range_mismatch(expected: list[Any], got: list[Any], raised: str, atol: float | None, rtol: float | None) -> str | None:

@@ -88,11 +88,15 @@ def _measure_flops(device: str, n: int = 2048, reps: int = 3) -> float:
     return 2 * n**3 / best
 
 
+def _cache_path(cache_dir: Path, fp: dict[str, str], suffix: str) -> Path:
+    """A measurement's file in the machine cache, named by the fingerprint it holds for."""
+    key = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir / "machine" / f"{fp['device']}-{key}{suffix}.json"
+
+
 def _cached(cache_dir: Path, device: str, name: str, measure: Callable[[str], float]) -> dict:
     fp = machine_fingerprint(device)
-    key = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
-    suffix = "" if name == "bytes_per_s" else f"-{name}"
-    path = cache_dir / "machine" / f"{device}-{key}{suffix}.json"
+    path = _cache_path(cache_dir, fp, "" if name == "bytes_per_s" else f"-{name}")
     if path.exists():
         try:
             return json.loads(path.read_text())
@@ -190,8 +194,7 @@ def _vec_isa_fingerprint() -> dict[str, str]:
 
 def vector_isa_path(cache_dir: Path) -> Path:
     """Where :func:`vector_isa_ok` keeps this machine's and compiler's answer."""
-    key = hashlib.sha256(json.dumps(_vec_isa_fingerprint(), sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir / "machine" / f"cpu-{key}-vec-isa.json"
+    return _cache_path(cache_dir, _vec_isa_fingerprint(), "-vec-isa")
 
 
 def vector_isa_ok(cache_dir: Path, timeout: float = 300.0) -> bool | None:
@@ -201,7 +204,6 @@ def vector_isa_ok(cache_dir: Path, timeout: float = 300.0) -> bool | None:
     answer in memory only, so each sandboxed worker that compiles repeated it; here it runs
     once per machine and compiler, in a process that never sees a candidate, and is cached.
     None where it could not run (the worker then probes as before); a failure is not cached."""
-    fp = _vec_isa_fingerprint()
     path = vector_isa_path(cache_dir)
     try:
         return bool(json.loads(path.read_text())["vec_isa_ok"])
@@ -220,6 +222,6 @@ def vector_isa_ok(cache_dir: Path, timeout: float = 300.0) -> bool | None:
     if out.returncode != 0 or not isinstance(sets, dict):
         return None
     ok = bool(sets.get("probed")) and sets.get("probed") == sets.get("listed")
-    result = {"vec_isa_ok": ok, "sets": sets, "machine": fp, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    result = {"vec_isa_ok": ok, "sets": sets, "machine": _vec_isa_fingerprint(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     _keep(path, result)
     return ok

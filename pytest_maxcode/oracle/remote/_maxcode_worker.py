@@ -1429,15 +1429,6 @@ def _decode_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _compiles(path: str | None) -> bool:
-    """Whether a Python candidate's source calls ``torch.compile`` (read as text, never run here)."""
-    try:
-        with open(path or "", encoding="utf-8", errors="replace") as f:
-            return "torch.compile" in f.read()
-    except OSError:
-        return False
-
-
 def _load_compiler(vec_isa_ok: bool) -> None:
     """Dynamo and Inductor imported once here, where every later job's child inherits them: a
     ``torch.compile`` candidate's blocks and confirmations are fresh children, and each imported
@@ -1505,7 +1496,7 @@ def main(ctl_fd: int, parent: int) -> None:
             if job.get("kind") == "candidate" and job.get("path") != owner:
                 _clear(shared)
                 owner = job.get("path")
-                if not compiler_loaded and job.get("format") != "native" and _compiles(job.get("path")):
+                if not compiler_loaded and job.get("compiles") is True:
                     _load_compiler(job.get("vec_isa_ok") is True)
                     compiler_loaded = True
             workdir = tempfile.mkdtemp(prefix="maxcode-job-")
