@@ -681,7 +681,9 @@ def _measurement(v: Verdict) -> Measurement:
     call_us = v.candidate_s * 1e6 if v.candidate_s else None
     kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None
     noise = d.get("noise") or {}
-    loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]), _number(noise.get("pressure")))] if noise.get("run_spread") else []
+    # verdicts before rule 9 have no "loaded": only a loaded machine's had a run spread then
+    loaded_machine = noise.get("loaded", bool(noise.get("run_spread")))
+    loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]), _number(noise.get("pressure")))] if loaded_machine else []
     threads = d.get("threads")
     return Measurement(
         blocks=blocks, spread=noise.get("spread"),

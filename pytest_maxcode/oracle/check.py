@@ -62,7 +62,8 @@ CALLGRIND_SHIM = build_mod.CALLGRIND_SHIM
 #: 6: blocks timed on a loaded machine quote an interval wide enough for the next run
 #: 7: a machine is loaded by its CPU pressure during the timing, where the kernel reports it
 #: 8: each side's inputs are written, and its outputs poisoned, from the servers' core
-VERDICT_RULE = 8
+#: 9: blocks timed on a quiet machine also allow for the drift between runs (stats.QUIET_RUN_SPREAD)
+VERDICT_RULE = 9
 #: time limits stretch by this much when the worker runs under valgrind
 VALGRIND_SLOWDOWN = 50.0
 #: two measurements (blocks, or a program's confirmation) whose speedups lie this factor apart disagree
@@ -1182,12 +1183,12 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     load = sum(busy_share(b) for b in used) / len(used)
     pressure = _pressure(used)
     loaded_machine = pressure >= LOADED_PRESSURE if pressure is not None else load >= LOADED_SHARE
-    run_spread = stats.LOADED_RUN_SPREAD if loaded_machine else 0.0
+    run_spread = stats.LOADED_RUN_SPREAD if loaded_machine else stats.QUIET_RUN_SPREAD
     sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in used], run_spread=run_spread)
     spread = sp.halves[1] / max(sp.halves[0], 1e-12)
     last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used),
-                                 "busy": round(load, 3), "pressure": pressure, "run_spread": run_spread}
-    loaded = f"; {loaded_note(load, run_spread, pressure)}" if run_spread else ""
+                                 "busy": round(load, 3), "pressure": pressure, "run_spread": run_spread, "loaded": loaded_machine}
+    loaded = f"; {loaded_note(load, run_spread, pressure)}" if loaded_machine else ""
     points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
     if last.status == VerdictStatus.FASTER and spread > DISAGREE and sp.low < 1.5 * min_speedup:
