@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,10 +29,11 @@ def _spin(stop: multiprocessing.synchronize.Event) -> None:
 
 
 @contextmanager
-def cpu_hog(processes: int = 2) -> Iterator[None]:
-    """Other work on the machine, as on a shared CI runner: one busy process per core."""
+def cpu_hog(processes: int = 2, work: Callable[[multiprocessing.synchronize.Event], None] = _spin) -> Iterator[None]:
+    """Other work on the machine, as on a shared CI runner: one busy process per core
+    (``work``: what each does until told to stop)."""
     stop = multiprocessing.get_context("fork").Event()
-    procs = [multiprocessing.get_context("fork").Process(target=_spin, args=(stop,), daemon=True) for _ in range(processes)]
+    procs = [multiprocessing.get_context("fork").Process(target=work, args=(stop,), daemon=True) for _ in range(processes)]
     for p in procs:
         p.start()
     try:

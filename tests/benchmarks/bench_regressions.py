@@ -21,7 +21,6 @@ neighbour's job with its own phases does, instead of spinning throughout. Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import os
@@ -79,29 +78,14 @@ def interleaved(root: Path, head: str, runs: int, timer: str = "time") -> tuple[
     return {c.name.split("::")[-1]: c.verdict for c in result.comparisons}, time.perf_counter() - start
 
 
-def _bursts(stop: multiprocessing.synchronize.Event, seed: int) -> None:
-    rng = random.Random(seed)
+def _bursts(stop: multiprocessing.synchronize.Event) -> None:
+    """Work and rest by turns, 0.2 to 2 s each, on this process's own random schedule."""
+    rng = random.Random(os.getpid())
     while not stop.is_set():
         until = time.monotonic() + rng.uniform(0.2, 2.0)
         while time.monotonic() < until and not stop.is_set():
             sum(i * i for i in range(10_000))
         stop.wait(rng.uniform(0.2, 2.0))
-
-
-@contextlib.contextmanager
-def bursty_hog(processes: int):
-    """Busy processes that work and rest by turns, each on its own random schedule."""
-    ctx = multiprocessing.get_context("fork")
-    stop = ctx.Event()
-    procs = [ctx.Process(target=_bursts, args=(stop, i), daemon=True) for i in range(processes)]
-    for p in procs:
-        p.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for p in procs:
-            p.join(5)
 
 
 def main() -> None:
@@ -116,7 +100,7 @@ def main() -> None:
     out: dict[str, object] = {"machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start",
                               "hog_processes": ns.hog, "bursty": ns.bursty, "runs_per_side": ns.runs}
     modes = {"interleaved": lambda h: interleaved(root, h, ns.runs), "old": lambda h: old_mode(root, h)}
-    with tempfile.TemporaryDirectory() as tmp, (bursty_hog if ns.bursty else cpu_hog)(ns.hog):
+    with tempfile.TemporaryDirectory() as tmp, cpu_hog(ns.hog, **({"work": _bursts} if ns.bursty else {})):
         root = Path(tmp)
         make_repo(root)
         for mode, fn in ((m, modes[m]) for m in ns.modes.split(",")):
