@@ -166,7 +166,7 @@ LOADED_RUN_SPREAD = 0.2
 #: which the blocks' own noise explains about 0.027: about 0.03 belongs to the run. Now and
 #: then a campaign drifted more (3.08x to 3.73x: sd 0.062, about 0.055 the run's), and runs at
 #: its ends quoted intervals that excluded each other (two full test runs of thirteen). Taken
-#: at 0.04: a pair of runs then lies inside each other's intervals up to a difference of 21%
+#: at 0.04: a pair of runs then lies inside each other's intervals up to a difference of 23%
 QUIET_RUN_SPREAD = 0.04
 
 

@@ -44,7 +44,8 @@ def _keep_to_server_cores() -> None:
     """Every thread of the zygote (and so every process it forks) stays off the trusted timer's
     core (``MAXCODE_SERVER_CPUS``, set by the trusted side). Called once the zygote is set up,
     not before its imports: the reference's zygote and the candidates' start together, and on a
-    2-core machine two ``import torch`` kept to one core took turns (2.0 s to ready, 1.4 s apart)."""
+    2-core machine their two ``import torch`` kept to one core took turns (2.0 s until both were
+    ready; 1.4 s side by side)."""
     spec = os.environ.get("MAXCODE_SERVER_CPUS", "")
     if not spec:
         return
