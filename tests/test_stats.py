@@ -172,7 +172,7 @@ def test_blocks_timed_on_a_loaded_machine_quote_an_interval_for_the_next_run() -
 
 
 #: a campaign of ten runs of the chain kernel on the quiet VM (full test run, 2026-11-27) that
-#: drifted from 3.6x down to 3.1x and up to 3.7x: each run's three blocks (and their pressure)
+#: drifted from 3.6x down to 3.1x and up to 3.7x: each run's three blocks (quiet: pressure 0.10 to 0.15)
 DRIFTED = [(3.6611, 3.5484, 3.6107), (3.4642, 3.5796, 3.7402), (3.5277, 3.6456, 3.1511), (3.6184, 3.1591, 3.4377),
            (3.4386, 3.0974, 3.0852), (3.0131, 3.0468, 3.4354), (3.015, 3.06, 3.1807), (3.6002, 3.5096, 3.1865),
            (3.6105, 3.6097, 3.4976), (3.9304, 3.5597, 3.7073)]

@@ -714,6 +714,7 @@ class Oracle:
             copy.parent.mkdir(parents=True, exist_ok=True)
             copy.write_text(cand.text)
             path = str(copy)
+        compiles = calls_compile(cand)
         return dict(
             self._limits(),
             **self._timer_job,
@@ -730,8 +731,8 @@ class Oracle:
             instruction_rounds=INSTRUCTION_ROUNDS,
             # the worker loads torch's compiler before the first candidate that calls it, told
             # whether it may skip Inductor's probe of the CPU (measured on this side)
-            compiles=calls_compile(cand),
-            vec_isa_ok=self._vec_isa_ok() if calls_compile(cand) else None,
+            compiles=compiles,
+            vec_isa_ok=self._vec_isa_ok() if compiles else None,
         )
 
     def _vec_isa_ok(self) -> bool | None:

@@ -35,7 +35,7 @@ from pathlib import Path
 import git
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_aa_runs import cpu_hog  # noqa: E402
+from test_aa_runs import _spin, cpu_hog  # noqa: E402
 from test_bench_ab import BENCH  # noqa: E402  the same three benchmarks as the test
 
 from pytest_maxcode.bench import ab  # noqa: E402
@@ -100,7 +100,7 @@ def main() -> None:
     out: dict[str, object] = {"machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start",
                               "hog_processes": ns.hog, "bursty": ns.bursty, "runs_per_side": ns.runs}
     modes = {"interleaved": lambda h: interleaved(root, h, ns.runs), "old": lambda h: old_mode(root, h)}
-    with tempfile.TemporaryDirectory() as tmp, cpu_hog(ns.hog, **({"work": _bursts} if ns.bursty else {})):
+    with tempfile.TemporaryDirectory() as tmp, cpu_hog(ns.hog, _bursts if ns.bursty else _spin):
         root = Path(tmp)
         make_repo(root)
         for mode, fn in ((m, modes[m]) for m in ns.modes.split(",")):
