@@ -21,6 +21,11 @@ for _var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", 
     os.environ.pop(_var, None)
 
 
+#: pytest plugins that come with the test tools (local HTTP servers, their async stack, a test
+#: runner's own), not with pytest-maxcode or the projects the tests make
+SUITE_ONLY_PLUGINS = ("pytest_httpserver", "anyio", "xdist", "xdist.looponfail")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _machine_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One compiled call path and one machine probe for the whole session, as on a user's
@@ -35,6 +40,10 @@ def _machine_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         # turns itself off where it sees a worker's variables
         for var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
             mp.delenv(var)
+        # the pytest processes the tests start are a user's runs: they load pytest-benchmark and
+        # maxcode, not this suite's own tools (0.2 s of every start-up, hundreds of starts a run)
+        blocked = " ".join(f"-p no:{name}" for name in SUITE_ONLY_PLUGINS)
+        mp.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip())
         yield
 
 
