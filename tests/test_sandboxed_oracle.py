@@ -404,8 +404,9 @@ def test_compat_builds_are_cached_in_the_project_yet_written_only_by_maxcode(pro
         assert v.compile_s is not None and v.compile_s > 1.0  # the extension really was built
         staged = oracle.scratch / "job" / "compat" / cand.hash[:16]
         assert list(staged.rglob("*.so"))
-    built = list((project / ".maxcode" / "build" / "compat").rglob("*.so"))
-    assert len(built) == 1 and built[0].is_relative_to(project / ".maxcode" / "build" / "compat" / cand.hash[:16])
+    cache = project / ".maxcode" / "build" / "compat"
+    built = list(cache.rglob("*.so"))
+    assert len(built) == 1 and built[0].is_relative_to(cache / cand.hash[:16])
     assert "chain_ext_" in built[0].name  # the name the candidate gave it, with its sources' hash
     with Oracle(parse_reference(str(project / "ref.py")), CheckConfig(time_budget=0.1, timeout=120), project) as oracle:
         (again,) = oracle.check([cand])
