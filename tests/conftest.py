@@ -26,6 +26,13 @@ for _var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", 
 SUITE_ONLY_PLUGINS = ("pytest_httpserver", "anyio", "xdist", "xdist.looponfail")
 
 
+def _without_suite_plugins() -> str:
+    """``PYTEST_ADDOPTS`` for the pytest processes the tests start: the caller's, plus a
+    ``-p no:`` for each of :data:`SUITE_ONLY_PLUGINS`."""
+    blocked = " ".join(f"-p no:{name}" for name in SUITE_ONLY_PLUGINS)
+    return f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _machine_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One compiled call path and one machine probe for the whole session, as on a user's
@@ -42,9 +49,17 @@ def _machine_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             mp.delenv(var)
         # the pytest processes the tests start are a user's runs: they load pytest-benchmark and
         # maxcode, not this suite's own tools (0.2 s of every start-up, hundreds of starts a run)
-        blocked = " ".join(f"-p no:{name}" for name in SUITE_ONLY_PLUGINS)
-        mp.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip())
+        mp.setenv("PYTEST_ADDOPTS", _without_suite_plugins())
         yield
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's ``pytester``, whose runs load the plugins a user's run has, as the suite's other
+    pytest processes do: ``pytester`` clears ``PYTEST_ADDOPTS`` for isolation, and every
+    ``runpytest_subprocess`` (and the ``--maxcode`` runs under it) imported this suite's tools."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", _without_suite_plugins())
+    return pytester
 
 
 def cuda_available() -> bool:
