@@ -63,7 +63,7 @@ CALLGRIND_SHIM = build_mod.CALLGRIND_SHIM
 #: 7: a machine is loaded by its CPU pressure during the timing, where the kernel reports it
 #: 8: each side's inputs are written, and its outputs poisoned, from the servers' core
 #: 9: blocks timed on a quiet machine also allow for the drift between runs (stats.QUIET_RUN_SPREAD)
-#: 10: that drift is taken at 0.08, not 0.04 (a quiet Intel VM's runs differed by more)
+#: 10: that drift is taken at 0.1, not 0.04 (a quiet Intel VM's runs differed by more)
 VERDICT_RULE = 10
 #: time limits stretch by this much when the worker runs under valgrind
 VALGRIND_SLOWDOWN = 50.0
