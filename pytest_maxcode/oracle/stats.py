@@ -171,7 +171,7 @@ LOADED_RUN_SPREAD = 0.2
 #: run 20% low (3.16x, all three blocks low). With 0.04, 106 of 19,460 pairs of runs excluded
 #: each other and a campaign of ten drawn from them failed issue 14's test 24% of the time; with
 #: 0.08, 16 pairs and 4.6%; with 0.1, 5 pairs and 2.4%. Inside the test suite the runs spread
-#: more (sd 0.075 and 0.087 of the log in two campaigns, against 0.054 to 0.068 alone), and both
+#: more (sd 0.075 and 0.088 of the log in two campaigns, against 0.054 to 0.068 alone), and both
 #: campaigns there that failed, at 0.04 and at 0.08, hold at 0.1. The price: three blocks that
 #: agree exactly are "faster" from 1.46x up (1.29x with 0.04); blocks that disagree need more anyway
 QUIET_RUN_SPREAD = 0.1
