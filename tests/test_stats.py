@@ -262,6 +262,22 @@ def test_a_block_is_busy_from_its_share_of_disturbed_rounds() -> None:
     assert busy(Verdict("k", "faster", diagnostics={"busy": 0.5})) and not busy(Verdict("k", "faster"))
 
 
+def test_long_rounds_are_not_taken_for_a_busy_machine() -> None:
+    # an idle H200 fitted 12 rounds of a 64 MiB workload, one disturbed: the block was called
+    # wholly busy and set aside, and every verdict said the machine was too busy
+    from pytest_maxcode.oracle.check import _busy_share
+    from pytest_maxcode.oracle.timing import WorkloadTiming, rounds_notes
+
+    notes, counted = rounds_notes(11, 1, 15)
+    assert counted and notes == ["only 12 rounds fit in the time allowed, 15 were asked for: each round's calls are long (1 disturbed, counted too)"]
+    assert _busy_share(WorkloadTiming([1] * 12, [1] * 12, 1, notes=notes, disturbed=1, disturbed_counted=counted)) == pytest.approx(1 / 12)
+    notes, counted = rounds_notes(3, 12, 15)
+    assert counted and notes[1].startswith("the machine was too busy for 15 undisturbed rounds")
+    assert _busy_share(WorkloadTiming([1] * 15, [1] * 15, 1, notes=notes, disturbed=12, disturbed_counted=counted)) == 1.0
+    assert rounds_notes(30, 2, 15) == (["2 of 32 rounds set aside: other work on the machine had the CPU during them"], False)
+    assert rounds_notes(30, 0, 15) == ([], False)
+
+
 def test_fewer_clean_blocks_than_wanted_do_not_stand_alone() -> None:
     # two clean blocks would give Student's t with one degree of freedom: an interval a
     # thousand times wide; all five blocks are used instead (CI saw 30.6x [0.64, 1460])

@@ -1219,7 +1219,7 @@ def _busy_share(t: timing.WorkloadTiming) -> float:
     so few undisturbed ones that the disturbed had to be counted too."""
     if t.disturbed and any(n.startswith("the machine was too busy") for n in t.notes):
         return 1.0
-    return t.disturbed / max(1, t.disturbed + len(t.reference_ns))
+    return t.disturbed / max(1, len(t.reference_ns) + (0 if t.disturbed_counted else t.disturbed))
 
 
 def busy_share(v: Verdict) -> float:
