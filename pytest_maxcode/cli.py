@@ -195,9 +195,9 @@ def _add_bench_ab(sub: Subcommands) -> None:
             "Checks out BASE_REF and HEAD_REF side by side (git worktrees: this checkout is not touched) and runs "
             "the benchmarks (pytest-benchmark's fixture) in each alternately, ABBA..., in --runs short processes per "
             "side; each process's fastest round is one sample. A regression is a slowdown beyond the threshold that "
-            "a one-sided Welch t-test on those samples also finds (Holm-corrected). --timer instructions counts "
+            "a one-sided Mann-Whitney test on those samples finds beyond the threshold (Holm-corrected). --timer instructions counts "
             "instructions under valgrind instead (deterministic: one run per side, the threshold decides). "
-            "Thresholds, timer and runs: the options, else [tool.maxcode.regressions], else 10%, time, 5. "
+            "Thresholds, timer and runs: the options, else [tool.maxcode.regressions], else 10%, time, 7. "
             "Arguments after -- go to pytest. Exit status 1 with --fail-on-regression when anything regressed."
         ),
     )

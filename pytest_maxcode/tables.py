@@ -230,6 +230,11 @@ def _program_count(t: dict[str, Any], key: str, default: int | None, where: str)
 
 #: a slowdown beyond this fraction may be a regression, unless a table says otherwise
 DEFAULT_THRESHOLD = 0.10
+#: ``bench-ab``'s processes per side: on a shared 2-core VM beside a hog one process's figure
+#: differs from the next by about 0.11 (sd of the log, with tails to +50%); with seven a side the
+#: rank test beyond the threshold called identical code slower about once in 1,000 comparisons
+#: (five: about 2 in 1,000), and a 2x slowdown every time
+DEFAULT_RUNS = 7
 
 
 @dataclass(frozen=True)
@@ -240,7 +245,7 @@ class Regressions:
     threshold: float = DEFAULT_THRESHOLD
     thresholds: Mapping[str, float] | None = None
     timer: str = "time"
-    runs: int = 5
+    runs: int = DEFAULT_RUNS
 
 
 def parse_regressions(table: Regressions | Mapping[str, Any] | None) -> Regressions:
@@ -263,7 +268,7 @@ def parse_regressions(table: Regressions | Mapping[str, Any] | None) -> Regressi
     timer = table.get("timer", "time")
     if timer not in ("time", "instructions"):
         raise ValueError(f"[tool.maxcode.regressions] timer must be \"time\" or \"instructions\", not {timer!r}")
-    runs = table.get("runs", 5)
+    runs = table.get("runs", DEFAULT_RUNS)
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ValueError(f"[tool.maxcode.regressions] runs must be a whole number of at least 2, not {runs!r}")
     return Regressions(float(default), {str(k): float(v) for k, v in per.items()}, timer, runs)

@@ -28,6 +28,8 @@ from ..tables import DEFAULT_THRESHOLD, Regressions, parse_regressions
 from .pr_body import code
 
 ALPHA = 0.05
+#: the method of ``maxcode bench-ab``'s comparisons (bench.ab.judge), as reports name it
+RUNS_METHOD = "mann-whitney beyond the threshold on runs"
 
 
 @dataclass
@@ -219,9 +221,9 @@ def _method_text(result: CompareResult) -> str:
     methods = {c.method for c in result.comparisons}
     if methods == {"instructions"}:
         return "instruction counts under callgrind: deterministic, so the threshold alone decides"
-    if methods == {"welch-t on runs"}:
+    if methods == {RUNS_METHOD}:
         return ("base and head run alternately in short processes, each process's fastest round one sample; "
-                "one-sided Welch t-test on those, Holm-corrected")
+                "one-sided Mann-Whitney test of a change beyond the threshold on those, Holm-corrected")
     return "one-sided Mann-Whitney U on raw timings, Holm-corrected; else non-overlapping 95% intervals"
 
 
