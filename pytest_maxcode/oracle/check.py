@@ -64,7 +64,9 @@ CALLGRIND_SHIM = build_mod.CALLGRIND_SHIM
 #: 8: each side's inputs are written, and its outputs poisoned, from the servers' core
 #: 9: blocks timed on a quiet machine also allow for the drift between runs (stats.QUIET_RUN_SPREAD)
 #: 10: that drift is taken at 0.1, not 0.04 (a quiet Intel VM's runs differed by more)
-VERDICT_RULE = 10
+#: 11: on a GPU the drift between quiet runs is taken at 0.05 (stats.GPU_RUN_SPREAD), and long
+#:     rounds no longer make a block busy
+VERDICT_RULE = 11
 #: time limits stretch by this much when the worker runs under valgrind
 VALGRIND_SLOWDOWN = 50.0
 #: two measurements (blocks, or a program's confirmation) whose speedups lie this factor apart disagree
@@ -1185,7 +1187,8 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     load = sum(busy_share(b) for b in used) / len(used)
     pressure = _pressure(used)
     loaded_machine = pressure >= LOADED_PRESSURE if pressure is not None else load >= LOADED_SHARE
-    run_spread = stats.LOADED_RUN_SPREAD if loaded_machine else stats.QUIET_RUN_SPREAD
+    quiet_spread = stats.GPU_RUN_SPREAD if device == "cuda" else stats.QUIET_RUN_SPREAD
+    run_spread = stats.LOADED_RUN_SPREAD if loaded_machine else quiet_spread
     sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in used], run_spread=run_spread)
     spread = sp.halves[1] / max(sp.halves[0], 1e-12)
     last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used),

@@ -175,6 +175,15 @@ LOADED_RUN_SPREAD = 0.2
 #: campaigns there that failed, at 0.04 and at 0.08, hold at 0.1. The price: three blocks that
 #: agree exactly are "faster" from 1.46x up (1.29x with 0.04); blocks that disagree need more anyway
 QUIET_RUN_SPREAD = 0.1
+#: the same for a quiet machine timing CUDA kernels, where the GPU, not the host's CPU and memory,
+#: sets most of both sides' times: on an H200 (2026-11-28, page-locked result slots) three runs of
+#: the chain kernel on 64 MiB measured 1.094x, 1.102x and 1.105x (sd 0.0055 of the log), the
+#: blocks of one run within 0.04 of each other; with the CPU's 0.1 their intervals were
+#: [0.82, 1.47] and [0.80, 1.53], so nothing under 1.5x could be "faster". Six runs before the
+#: slots were page-locked, when the copy to the host decided the ratio, spread 0.93x to 1.08x
+#: (about 0.05): taken at that, the larger GPU drift seen. Two sessions of one H200 are all the
+#: evidence; a loaded machine still gets LOADED_RUN_SPREAD
+GPU_RUN_SPREAD = 0.05
 
 
 def blocks_speedup(blocks: Sequence[tuple[float, float, float]], *, run_spread: float = 0.0) -> Speedup:
