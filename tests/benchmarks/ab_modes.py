@@ -28,7 +28,7 @@ def main(n: int, modes: list[str]) -> None:
         bench_regressions.make_repo(root)
         for k in range(n):
             for mode in modes:
-                base, head = ab.interleaved(root, "base", "same", ARGS, runs=5, project="proj", fork_server=mode == "fork")
+                base, head = ab.interleaved(root, "base", "same", ARGS, runs=ab.RUNS, project="proj", fork_server=mode == "fork")
                 result = ab.judge(base, head)
                 for c in result.comparisons:
                     changes[mode].append(c.change)
