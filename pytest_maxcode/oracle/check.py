@@ -1014,7 +1014,7 @@ class Oracle:
             v.status = VerdictStatus.NOT_FASTER
             v.diagnostics["undecided"] = True
             v.reasons = [f"{v.reasons[0].replace(' clears ', ' would clear ')}, but over {rounds} rounds only "
-                         f"(a faster verdict needs {timing.FASTER_ROUNDS}; the machine was too slow for the time budget)"]
+                         f"(a faster verdict needs {timing.FASTER_ROUNDS}; no more fitted in the time budget)"]
         if self.device == "cuda":
             # measured on an H200: 64 MiB took 1.2 ms to reach the host, the eager chain's kernels 0.19 ms
             v.diagnostics["host_copy_bytes_per_call"] = max(w.in_bytes if self.config.inplace else w.out_bytes
