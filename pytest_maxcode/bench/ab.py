@@ -48,6 +48,8 @@ from ..tables import DEFAULT_RUNS
 
 #: runs per side unless asked (see :data:`tables.DEFAULT_RUNS`)
 RUNS = DEFAULT_RUNS
+#: how :func:`judge` decides, as reports name it
+METHOD = RUNS_METHOD
 #: pytest-benchmark's seconds of rounds per benchmark that all the timed runs of one side share:
 #: a quarter of its default second, because each run adds its own start, calibration and minimum
 #: rounds, and all the runs of a side should cost no more than one ordinary benchmark run. A run's
@@ -341,9 +343,6 @@ def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold
     return result
 
 
-METHOD = RUNS_METHOD
-
-
 def beyond(lb: Sequence[float], lh: Sequence[float], margin: float, mannwhitneyu: Callable[..., Any]) -> float:
     """The one-sided p-value that the head's log figures exceed the base's by more than
     ``margin`` (below it, for a negative margin: an improvement): Mann-Whitney on the head's
@@ -351,7 +350,7 @@ def beyond(lb: Sequence[float], lh: Sequence[float], margin: float, mannwhitneyu
     change" that then asks the medians to differ by the threshold called identical code slower in
     about 5% of comparisons on a loaded VM, where one process's figure differs from the next by
     about 0.11 (sd of the log) with tails to +50%, which also bends a t-test; ranks do not mind
-    the tails (tests/benchmarks/ab_modes.py)."""
+    the tails (tests/benchmarks/bench_regressions.py measures it)."""
     if min(len(lb), len(lh)) < 2:
         return 1.0
     moved = [x - margin for x in lh]
