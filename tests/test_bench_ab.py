@@ -18,7 +18,7 @@ from test_aa_runs import cpu_hog
 
 from pytest_maxcode.bench import ab
 from pytest_maxcode.bench.history import KEEP, History, Record
-from pytest_maxcode.bot.compare import Timings, markdown
+from pytest_maxcode.bot.compare import RUNS_METHOD, Timings, markdown
 from pytest_maxcode.report import sparkline
 from pytest_maxcode.errors import MaxcodeError
 
@@ -93,7 +93,7 @@ def test_the_judge_works_on_run_medians() -> None:
     assert ab.judge(base, same).comparisons[0].verdict == "unchanged"
     assert ab.judge(slow, base).comparisons[0].verdict == "improved"
     c = ab.judge(base, slow).comparisons[0]
-    assert c.change_ci[0] < 1.0 < c.change_ci[1] and c.method == ab.METHOD
+    assert c.change_ci[0] < 1.0 < c.change_ci[1] and c.method == RUNS_METHOD
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="--timer instructions needs valgrind (apt-get install valgrind)")

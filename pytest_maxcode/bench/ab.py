@@ -48,8 +48,6 @@ from ..tables import DEFAULT_RUNS
 
 #: runs per side unless asked (see :data:`tables.DEFAULT_RUNS`)
 RUNS = DEFAULT_RUNS
-#: how :func:`judge` decides, as reports name it
-METHOD = RUNS_METHOD
 #: pytest-benchmark's seconds of rounds per benchmark that all the timed runs of one side share:
 #: a quarter of its default second, because each run adds its own start, calibration and minimum
 #: rounds, and all the runs of a side should cost no more than one ordinary benchmark run. A run's
@@ -330,7 +328,7 @@ def judge(base: Mapping[str, Timings], head: Mapping[str, Timings], *, threshold
         lh = [math.log(max(x, 1e-18)) for x in h.data or [h.median_s]]
         change = h.median_s / max(b.median_s, 1e-18) - 1.0
         limit = threshold_for(name, threshold, thresholds or {})
-        c = Comparison(name, b.median_s, h.median_s, change, _change_interval(lb, lh), limit, METHOD)
+        c = Comparison(name, b.median_s, h.median_s, change, _change_interval(lb, lh), limit, RUNS_METHOD)
         raw_p.append(beyond(lb, lh, math.log1p(limit) if change >= 0 else -math.log1p(limit), stats.mannwhitneyu))
         result.comparisons.append(c)
     for c, p in zip(result.comparisons, holm(raw_p)):
@@ -385,6 +383,7 @@ def _change_interval(lb: Sequence[float], lh: Sequence[float]) -> list[float] | 
     return [math.expm1(lo), math.expm1(hi)]
 
 
+@functools.cache
 def _u_quantile(m: int, n: int, tail: float) -> int:
     """The largest k with P(U < k) <= tail under the null (U: Mann-Whitney's count of pairs),
     by counting the rank arrangements; 0 when even P(U = 0) is over the tail."""

@@ -597,4 +597,3 @@ def rounds_notes(kept: int, disturbed: int, min_rounds: int) -> tuple[list[str],
     if kept < min_rounds:
         return [set_aside, f"the machine was too busy for {min_rounds} undisturbed rounds: the disturbed ones are counted too"], True
     return ([set_aside] if disturbed else []), False
-

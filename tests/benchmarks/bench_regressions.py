@@ -5,9 +5,9 @@ A repository whose base has three benchmarks, a head that changes nothing but th
 hog (one busy process per core, as on a shared runner) it runs
 
 - the interleaved mode (``maxcode bench-ab``: base and head alternately, ``--runs`` processes
-  each, a rank test of a change beyond the threshold on per-process figures) and the old mode (one pytest-benchmark run of the
-  base, then one of the head, ``maxcode compare``: Mann-Whitney on the rounds), ``--same``
-  times on the unchanged head and ``--slow`` times on the slow one;
+  each, a rank test of a change beyond the threshold on per-process figures) and the old mode
+  (one pytest-benchmark run of the base, then one of the head, ``maxcode compare``: Mann-Whitney
+  on the rounds), ``--same`` times on the unchanged head and ``--slow`` times on the slow one;
 - the instruction mode once on each head.
 
 It prints one JSON object: false regressions per benchmark comparison on the unchanged head
