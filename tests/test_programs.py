@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import random
 import shutil
@@ -28,7 +29,7 @@ from pytest_maxcode.critique import RuleCritic
 from pytest_maxcode.native import program as native_program
 from pytest_maxcode.errors import MaxcodeError
 from pytest_maxcode.oracle.check import CandidateSpec
-from pytest_maxcode.oracle.program import ProgramOracle, program_config
+from pytest_maxcode.oracle.program import ProgramOracle, program_config, settled
 from pytest_maxcode.report import validate
 from pytest_maxcode.sandbox import isolation
 from pytest_maxcode.search.program_variants import fast_io, program_variants
@@ -129,6 +130,23 @@ def test_the_program_oracle_gives_each_kind_of_candidate_its_verdict(tmp_path: P
     assert critiques[0].kind == "correct:program" and "I/O" in critiques[0].text()
     assert critiques[1].kind == "wrong:program-output"
     assert critiques[1].diagnosis.startswith("The output differs on test case input.2.txt: wrong output (line 30000: got ")
+
+
+def test_rounds_go_on_until_the_verdict_is_settled() -> None:
+    """A process per run is noisy: five rounds of a 3x rewrite on a busy machine can leave an
+    interval too wide to call, so the oracle times more rounds until it is settled."""
+    rng = random.Random(3)
+
+    def case(ref: float, cand: float, spread: float, rounds: int) -> list[tuple[list[float], list[float]]]:
+        return [tuple([mean * math.exp(rng.gauss(0, spread)) for _ in range(rounds)] for mean in (ref, cand))  # type: ignore[misc]
+                for _ in range(3)]
+
+    assert settled(case(0.02, 0.005, 0.05, 5), 1.05)  # a quiet 4x: five rounds say it
+    assert settled(case(0.01, 0.012, 0.05, 5), 1.05)  # wholly under the bar
+    assert not settled(case(0.02, 0.006, 0.6, 5), 1.05)  # a noisy 3x: more rounds
+    assert settled(case(0.02, 0.006, 0.6, 40), 1.05)  # which settle it
+    assert not settled(case(0.01, 0.01, 0.3, 40), 1.05)  # the same program: never settled as faster
+    assert settled(case(0.01, 0.01, 0.01, 40), 1.05)  # unless quiet enough to lie under the bar
 
 
 def test_runaway_programs_are_stopped_by_the_time_and_memory_limits(tmp_path: Path) -> None:

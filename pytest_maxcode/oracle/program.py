@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..errors import MaxcodeError
 from ..model.protocols import EvaluationStore
-from ..model.verdict import Verdict, VerdictStatus
+from ..model.verdict import UNDECIDED_WIDTH, Verdict, VerdictStatus
 from ..native import program as native
 from ..sandbox.isolation import resolve
 from ..targets.lock import sha256_text
@@ -67,10 +67,11 @@ class TestCaseWorkload:
 
 def program_config(program: ProgramTarget, min_speedup: float, sandbox: str = "auto") -> CheckConfig:
     """The check's settings for a program: what changes its verdicts goes into the evaluation key."""
-    # a round runs every test case once per side, so rounds stop after 0.2 s per case (the kernels' 0.5 s
-    # already gives dozens of rounds of millisecond-scale programs); slow programs still get `rounds`
+    # a round runs every test case once per side, each run a fresh sandboxed process (tens of
+    # milliseconds with its setup); rounds go on until the verdict is settled, for up to 1 s of
+    # wall time per case; slow programs still get `rounds`
     return CheckConfig(device="cpu", min_speedup=min_speedup, timeout=program.timeout, min_rounds=program.rounds,
-                       time_budget=0.2, timer="instructions" if program.timer == "instructions" else "time",
+                       time_budget=1.0, timer="instructions" if program.timer == "instructions" else "time",
                        cxxflags=list(program.cxxflags), sandbox=sandbox)
 
 
@@ -246,7 +247,8 @@ class ProgramOracle:
         samples: dict[str, tuple[list[float], list[float]]] = {w.name: ([], []) for w in self.workloads}
         budget = self.config.time_budget * len(self.workloads)
         start, rounds = time.monotonic(), 0
-        while rounds < self.config.min_rounds or (time.monotonic() - start < budget and rounds < self.config.max_rounds):
+        while rounds < self.config.min_rounds or (time.monotonic() - start < budget and rounds < self.config.max_rounds
+                                                  and not settled(list(samples.values()), self.config.min_speedup)):
             for w in self.workloads:
                 ref, cand = samples[w.name]
                 order = ((self._source_binary, ref), (binary, cand))
@@ -289,6 +291,21 @@ class ProgramOracle:
                                       for w, r, c in zip(self.workloads, *per)}
         v.reference_s = v.candidate_s = None
         decide(v, stats.speedup([([r], [c]) for r, c in zip(*per)]), self.config.min_speedup, device="cpu", timer="instructions")
+
+
+def settled(samples: list[tuple[list[float], list[float]]], min_speedup: float) -> bool:
+    """Whether more rounds can no longer change the verdict, so the budget's rest is saved.
+
+    A process per run is noisy (a spread of 20 to 50% from run to run on a shared 2-core VM), so
+    a handful of rounds leaves most real speedups "too noisy to decide"; rounds go on until the
+    interval clears the bar with a margin, and narrowly enough for `decide` to call it faster,
+    or lies wholly under it. Asymmetric like :func:`stats.decided`: a false "faster" is the
+    costly error, and the confirmation measures again either way."""
+    sp = stats.speedup(samples, n_boot=200)
+    if sp.high < 0.98 * min_speedup:
+        return True
+    narrow = sp.high / sp.low <= UNDECIDED_WIDTH or sp.low >= 1.5 * min_speedup
+    return sp.faster(1.1 * min_speedup) and narrow
 
 
 def rerun_test_cases(program: ProgramTarget, root: Path, text: str, sandbox: str = "auto") -> tuple[bool, str]:
