@@ -2,14 +2,18 @@
 // cgroup can be written, the trusted side stops the sandbox with SIGSTOP, sent to each process
 // it lists. Once the timed calls have begun (its 40th call), this starts a helper that keeps
 // forking and exiting, a new pid every few microseconds of work, and spins a core between
-// forks: it runs on while the reference is timed, and slows it. It leaves nothing behind: the
-// helper ends itself after 150 ms, and the candidate's own process, made a subreaper, reaps
-// every generation, so no process is left when the job ends. The kernel is honest and slower
-// than an unloaded reference (scalar tanhf): only a slowed reference could make it look faster.
+// forks: it runs on while the reference is timed, and slows it. A stop that catches the helper
+// between forks holds it until the resume, so it keeps trying until it sees the candidate's
+// own process stopped while it runs itself (it outran that stop), then runs 150 ms more and
+// ends; it gives up after 20 s. The candidate's process, made a subreaper, reaps every
+// generation. The kernel is honest and slower than an unloaded reference (scalar tanhf): only a
+// slowed reference could make it look faster.
 #include <dlpack/dlpack.h>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -33,17 +37,33 @@ void* reap(void*) {
   return nullptr;
 }
 
+// Whether the process is stopped, by its state in /proc/PID/stat ("T", or "t" when traced).
+bool stopped(pid_t pid) {
+  char path[64], buf[512];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* close = std::strrchr(buf, ')');
+  return close != nullptr && (close[2] == 'T' || close[2] == 't');
+}
+
 void outrun() {
+  const pid_t candidate = getpid();
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   pthread_t t;
   if (pthread_create(&t, nullptr, reap, nullptr) == 0) pthread_detach(t);
   if (fork() != 0) return;
-  const double end = now() + 0.15;
+  const double give_up = now() + 20.0;
+  double end = give_up;
   while (now() < end) {
     if (fork() > 0) _exit(0);  // the child goes on under a new pid
     uint64_t acc = 1;
     for (int i = 0; i < 20000; ++i) acc = acc * 6364136223846793005ULL + 1442695040888963407ULL;
     g_sink = acc;
+    if (end == give_up && stopped(candidate)) end = now() + 0.15;  // it outran this stop
   }
   _exit(0);
 }
