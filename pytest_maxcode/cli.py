@@ -365,7 +365,7 @@ def cmd_remeasure(ns: argparse.Namespace) -> int:
     console = _console()
     progress = (lambda msg: console.log(msg)) if console else None
     r = remeasure(Path.cwd(), ns.target, ns.repeat, sandbox=ns.sandbox, progress=progress)
-    print(r.line())
+    print("\n".join(r.lines()))
     return 0 if holds(r) else 1
 
 
@@ -800,8 +800,9 @@ def cmd_check(ns: argparse.Namespace) -> int:
         for cand, v in zip(candidates, verdicts):
             if v.correct and v.speedup_ci:
                 r = repeat(reference, config, root, cand, v, ns.repeat, progress=progress)
-                v.diagnostics["repeats"] = {"n": ns.repeat, "inside": r.inside, "speedups": [x.speedup for x in r.again]}
-                repeats.append(r.line())
+                v.diagnostics["repeats"] = {"n": ns.repeat, "inside": r.inside, "speedups": [x.speedup for x in r.again],
+                                            "drift": r.drift.spread if r.drift else None}
+                repeats.extend(r.lines())
     if settings.json:
         json.dump([v.to_json() for v in verdicts], sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -36,7 +36,7 @@ from ..options import MIN_SPEEDUP
 from ..sandbox import isolation as isolation_mod
 from ..sandbox.isolation import Isolation, Limits, resolve
 from . import load as load_mod
-from . import plausible, probe, scan, stats, timing
+from . import drift, plausible, probe, scan, stats, timing
 from .compare import compare, tolerances, weak_reasons
 from .pool import (
     WORKER,
@@ -147,12 +147,18 @@ class CheckConfig:
     #: at 2 GiB by itself): a candidate that writes more is killed and rejected; the compilers
     #: of one batch are held to the same total
     max_job_bytes: int = 2 * GiB
+    #: the drift between whole quiet runs that a blocks' interval allows for (sd of the log
+    #: speedup); None: the default for the device, or more where this machine's own repeats
+    #: showed more (:mod:`oracle.drift`, settled by the oracle)
+    run_spread: float | None = None
 
     def key(self) -> str:
         """What changes a verdict: evaluations under another key are not reused."""
         parts: dict[str, Any] = {k: getattr(self, k) for k in ("device", "atol", "rtol", "min_speedup", "n_seeds", "timer", "cxxflags", "nvccflags", "inplace", "ranges", "blocks")}
         if self.seed is not None:  # a chosen seed is a different experiment; random ones are interchangeable
             parts["seed"] = self.seed
+        if self.run_spread is not None:  # wider intervals than the default rule's
+            parts["run_spread"] = self.run_spread
         parts["rule"] = VERDICT_RULE
         # a verdict taken in a weaker sandbox is not reused by a stronger one: where auto fell back
         # (no bubblewrap on this runner), what a candidate wrote into the store or the cache then
@@ -251,7 +257,6 @@ class Oracle:
         already has: the store and run to record into, a progress callback, the candidates to
         build early, the captured workloads; each optional and keyword-only."""
         self.reference = reference
-        self.config = config
         self.root = Path(root).resolve()  # the sandbox mounts by absolute path
         self.cache_dir = self.root / ".maxcode" / "build"
         self.store = store
@@ -261,6 +266,9 @@ class Oracle:
         self._langs = frozenset(c.lang for c in candidates_hint)
         #: the device asked for; :meth:`_start_workers` settles it on this machine
         self.device = resolve_device(config.device, self._langs)
+        if config.run_spread is None and (seen := drift.run_spread(probe.cache_dir(), self.device)) is not None:
+            config = replace(config, run_spread=seen)  # this machine's repeats drifted more than the default
+        self.config = config
         #: candidates run here; the reference (its inputs, expected outputs, timed calls) runs in
         #: a sandbox of its own, which no candidate can see, signal or slow
         self.zygote: Zygote | None = None
@@ -612,7 +620,8 @@ class Oracle:
             blocks.append(again)
             if not again.correct or not again.speedup_ci:
                 break
-        return combined_blocks(blocks, self.config.min_speedup, device=self.device, wanted=wanted)
+        return combined_blocks(blocks, self.config.min_speedup, device=self.device, wanted=wanted,
+                               learned_spread=self.config.run_spread)
 
     def _needs_blocks(self, v: Verdict) -> bool:
         """A timed screening that is "faster", or too noisy to decide, is measured in further
@@ -1155,7 +1164,8 @@ def sandbox_warning(isolation: Isolation) -> str | None:
     return None
 
 
-def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, wanted: int = 3) -> Verdict:
+def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, wanted: int = 3,
+                    learned_spread: float | None = None) -> Verdict:
     """The verdict of a candidate whose screening said "faster", from all its blocks.
 
     A false "faster" is the costly error, and its usual causes (a lucky buffer layout, a burst
@@ -1164,6 +1174,8 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     screening block only selects; the interval comes from every block (``stats.blocks_speedup``),
     and blocks that disagree by more than ``DISAGREE`` leave it undecided. The last block's
     verdict carries the result; a block that failed (wrong, crashed, rejected) is the verdict.
+    ``learned_spread``: this machine's drift between runs where its repeats showed more than the
+    default (:mod:`oracle.drift`); it only widens.
     """
     first, last = blocks[0], blocks[-1]
     last.eval_s = round(sum(b.eval_s or 0.0 for b in blocks), 4)
@@ -1187,12 +1199,13 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     load = sum(busy_share(b) for b in used) / len(used)
     pressure = _pressure(used)
     loaded_machine = pressure >= LOADED_PRESSURE if pressure is not None else load >= LOADED_SHARE
-    quiet_spread = stats.GPU_RUN_SPREAD if device == "cuda" else stats.QUIET_RUN_SPREAD
-    run_spread = stats.LOADED_RUN_SPREAD if loaded_machine else quiet_spread
+    quiet_spread = max(drift.default_spread(device), learned_spread or 0.0)
+    run_spread = max(stats.LOADED_RUN_SPREAD, quiet_spread) if loaded_machine else quiet_spread
     sp = stats.blocks_speedup([(b.speedup or 0.0, *(b.speedup_ci or [0.0, 0.0])) for b in used], run_spread=run_spread)
     spread = sp.halves[1] / max(sp.halves[0], 1e-12)
     last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used),
-                                 "busy": round(load, 3), "pressure": pressure, "run_spread": run_spread, "loaded": loaded_machine}
+                                 "busy": round(load, 3), "pressure": pressure, "run_spread": run_spread, "loaded": loaded_machine,
+                                 "run_spread_learned": run_spread == learned_spread}
     loaded = f"; {loaded_note(load, run_spread, pressure)}" if loaded_machine else ""
     points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)

@@ -88,7 +88,7 @@ def _measure_flops(device: str, n: int = 2048, reps: int = 3) -> float:
     return 2 * n**3 / best
 
 
-def _cache_path(cache_dir: Path, fp: dict[str, str], suffix: str) -> Path:
+def cache_path(cache_dir: Path, fp: dict[str, str], suffix: str) -> Path:
     """A measurement's file in the machine cache, named by the fingerprint it holds for."""
     key = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
     return cache_dir / "machine" / f"{fp['device']}-{key}{suffix}.json"
@@ -96,7 +96,7 @@ def _cache_path(cache_dir: Path, fp: dict[str, str], suffix: str) -> Path:
 
 def _cached(cache_dir: Path, device: str, name: str, measure: Callable[[str], float]) -> dict:
     fp = machine_fingerprint(device)
-    path = _cache_path(cache_dir, fp, "" if name == "bytes_per_s" else f"-{name}")
+    path = cache_path(cache_dir, fp, "" if name == "bytes_per_s" else f"-{name}")
     if path.exists():
         try:
             return json.loads(path.read_text())
@@ -194,7 +194,7 @@ def _vec_isa_fingerprint() -> dict[str, str]:
 
 def vector_isa_path(cache_dir: Path) -> Path:
     """Where :func:`vector_isa_ok` keeps this machine's and compiler's answer."""
-    return _cache_path(cache_dir, _vec_isa_fingerprint(), "-vec-isa")
+    return cache_path(cache_dir, _vec_isa_fingerprint(), "-vec-isa")
 
 
 def vector_isa_ok(cache_dir: Path, timeout: float = 300.0) -> bool | None:

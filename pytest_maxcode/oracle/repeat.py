@@ -2,7 +2,9 @@
 
 A speedup is only worth quoting if another run lands inside its interval. This runs the same
 candidate N more times, each in a fresh oracle (its own seed, sandboxes, processes and
-buffers), and counts how many of the new points fall inside the quoted interval.
+buffers), and counts how many of the new points fall inside the quoted interval. The same
+runs measure how far this machine drifts from one run to the next; that is kept for the
+machine (:mod:`oracle.drift`) and widens later intervals where it is more than they allow.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from . import probe
 from .check import CandidateSpec, CheckConfig, Oracle
+from .drift import Drift, estimate_drift, remember_drift
 from .reference import ReferenceSpec
 from ..model.verdict import Verdict
 
@@ -22,6 +26,9 @@ class Repeats:
 
     quoted: Verdict
     again: list[Verdict]
+    #: the machine's drift these runs showed (None: too few measured in blocks on a quiet machine)
+    drift: Drift | None = None
+    device: str = "cpu"
 
     @property
     def inside(self) -> int:
@@ -37,6 +44,10 @@ class Repeats:
         return (f"{Path(q.candidate).name}: {self.inside} of {len(self.again)} repeats fell inside the quoted "
                 f"{q.speedup:.3g}x [{q.speedup_ci[0]:.3g}, {q.speedup_ci[1]:.3g}] ({points})")
 
+    def lines(self) -> list[str]:
+        """The coverage line, and what the runs showed of the machine's drift when they could."""
+        return [self.line(), *([f"{Path(self.quoted.candidate).name}: {self.drift.line(self.device)}"] if self.drift else [])]
+
 
 def repeat(reference: ReferenceSpec, config: CheckConfig, root: Path, cand: CandidateSpec, quoted: Verdict, n: int,
            *, workloads: list[dict] | None = None, progress: Callable[[str], None] | None = None) -> Repeats:
@@ -48,10 +59,14 @@ def repeat(reference: ReferenceSpec, config: CheckConfig, root: Path, cand: Cand
     candidate) plus the quoted verdict and the count; the rest are keyword-only.
     """
     fresh = replace(config, seed=None)
-    again = []
+    again, device = [], "cpu"
     for i in range(n):
         if progress:
             progress(f"repeat {i + 1}/{n} of {cand.path.name}")
         with Oracle(reference, fresh, root, progress=progress, workloads=workloads) as oracle:
             again.append(oracle.check([cand])[0])
-    return Repeats(quoted, again)
+            device = oracle.device
+    seen = estimate_drift([quoted, *again])  # the quoted run counts where it was measured here, in blocks
+    if seen is not None:
+        remember_drift(probe.cache_dir(), device, seen)
+    return Repeats(quoted, again, seen, device)
