@@ -255,11 +255,11 @@ def test_busy_blocks_are_used_when_there_is_nothing_cleaner_and_the_verdict_says
 
 def test_a_block_is_busy_from_its_share_of_disturbed_rounds() -> None:
     from pytest_maxcode.oracle.check import _busy_share
-    from pytest_maxcode.oracle.timing import WorkloadTiming
+    from pytest_maxcode.oracle.timing import Disturbed, WorkloadTiming
 
     assert _busy_share(WorkloadTiming([1] * 30, [1] * 30, 1, disturbed=10)) == pytest.approx(0.25)
     assert _busy_share(WorkloadTiming([1] * 30, [1] * 30, 1, disturbed=40)) == pytest.approx(40 / 70)
-    crowded = WorkloadTiming([1] * 15, [1] * 15, 1, notes=["the machine was too busy for 15 undisturbed rounds: ..."], disturbed=12)
+    crowded = WorkloadTiming([1] * 15, [1] * 15, 1, disturbed=12, counted=Disturbed.TOO_BUSY)
     assert _busy_share(crowded) == 1.0
     assert busy(Verdict("k", "faster", diagnostics={"busy": 0.5})) and not busy(Verdict("k", "faster"))
 
@@ -268,16 +268,16 @@ def test_long_rounds_are_not_taken_for_a_busy_machine() -> None:
     # an idle H200 fitted 12 rounds of a 64 MiB workload, one disturbed: the block was called
     # wholly busy and set aside, and every verdict said the machine was too busy
     from pytest_maxcode.oracle.check import _busy_share
-    from pytest_maxcode.oracle.timing import WorkloadTiming, rounds_notes
+    from pytest_maxcode.oracle.timing import Disturbed, WorkloadTiming, rounds_notes
 
     notes, counted = rounds_notes(11, 1, 15)
-    assert counted and notes == ["only 12 rounds fit in the time allowed, 15 were asked for: each round's calls are long (1 disturbed, counted too)"]
-    assert _busy_share(WorkloadTiming([1] * 12, [1] * 12, 1, notes=notes, disturbed=1, disturbed_counted=counted)) == pytest.approx(1 / 12)
+    assert counted == Disturbed.LONG_ROUNDS and notes == ["only 12 rounds fit in the time allowed, 15 were asked for: each round's calls are long (1 disturbed, counted too)"]
+    assert _busy_share(WorkloadTiming([1] * 12, [1] * 12, 1, notes=notes, disturbed=1, counted=counted)) == pytest.approx(1 / 12)
     notes, counted = rounds_notes(3, 12, 15)
-    assert counted and notes[1].startswith("the machine was too busy for 15 undisturbed rounds")
-    assert _busy_share(WorkloadTiming([1] * 15, [1] * 15, 1, notes=notes, disturbed=12, disturbed_counted=counted)) == 1.0
-    assert rounds_notes(30, 2, 15) == (["2 of 32 rounds set aside: other work on the machine had the CPU during them"], False)
-    assert rounds_notes(30, 0, 15) == ([], False)
+    assert counted == Disturbed.TOO_BUSY and notes[1].startswith("the machine was too busy for 15 undisturbed rounds")
+    assert _busy_share(WorkloadTiming([1] * 15, [1] * 15, 1, notes=notes, disturbed=12, counted=counted)) == 1.0
+    assert rounds_notes(30, 2, 15) == (["2 of 32 rounds set aside: other work on the machine had the CPU during them"], Disturbed.SET_ASIDE)
+    assert rounds_notes(30, 0, 15) == ([], Disturbed.SET_ASIDE)
 
 
 def test_fewer_clean_blocks_than_wanted_do_not_stand_alone() -> None:

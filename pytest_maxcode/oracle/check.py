@@ -1233,9 +1233,9 @@ def _set_aside(blocks: list[Verdict], used: list[Verdict]) -> str:
 def _busy_share(t: timing.WorkloadTiming) -> float:
     """The share of a workload's timed rounds that other work disturbed; 1.0 when there were
     so few undisturbed ones that the disturbed had to be counted too."""
-    if t.disturbed and any(n.startswith("the machine was too busy") for n in t.notes):
+    if t.disturbed and t.counted == timing.Disturbed.TOO_BUSY:
         return 1.0
-    return t.disturbed / max(1, len(t.reference_ns) + (0 if t.disturbed_counted else t.disturbed))
+    return t.disturbed / max(1, len(t.reference_ns) + (t.disturbed if t.counted == timing.Disturbed.SET_ASIDE else 0))
 
 
 def busy_share(v: Verdict) -> float:

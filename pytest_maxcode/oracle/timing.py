@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..model.strenum import PlainStrEnum
 from ..native import callpath
 from . import stats
 from .compare import Mismatch, compare
@@ -219,6 +220,17 @@ class TimedWorkload:
     fresh: bool
 
 
+class Disturbed(PlainStrEnum):
+    """What became of a workload's disturbed rounds."""
+
+    #: left out of the samples: enough undisturbed rounds came
+    SET_ASIDE = "set_aside"
+    #: counted: too few rounds fitted in the time allowed at all, each round being long
+    LONG_ROUNDS = "long_rounds"
+    #: counted: other work had the CPU so often that too few undisturbed rounds came
+    TOO_BUSY = "too_busy"
+
+
 @dataclass
 class WorkloadTiming:
     """Samples in ns per ``calls_per_sample`` calls, taken by this process."""
@@ -230,8 +242,8 @@ class WorkloadTiming:
     notes: list[str] = field(default_factory=list)
     #: rounds set aside because a side or the timer waited for a CPU during them
     disturbed: int = 0
-    #: whether those rounds are in the samples all the same (too few rounds without them)
-    disturbed_counted: bool = False
+    #: whether those rounds are in the samples all the same, and why
+    counted: Disturbed = field(default_factory=lambda: Disturbed.SET_ASIDE)
     #: µs a dispatched call of this workload costs besides its kernel (allocation, descriptors,
     #: the call), measured here with a no-op kernel through the path the worker used; None
     #: for compat candidates, or without the compiled call path
@@ -473,11 +485,11 @@ class _Rounds:
         self._drain()
         notes = [] if self.all_fresh else ["timed on the pooled input sets: the reference's input generator did not fit"]
         disturbed = len(set_aside["ref"])
-        round_notes, count_disturbed = rounds_notes(r, disturbed, cfg.min_rounds)
+        round_notes, counted = rounds_notes(r, disturbed, cfg.min_rounds)
         notes += round_notes
-        if count_disturbed:
+        if counted != Disturbed.SET_ASIDE:
             samples = {k2: samples[k2] + set_aside[k2] for k2 in samples}
-        return WorkloadTiming(samples["ref"], samples["cand"], k, self.checked, notes, disturbed, count_disturbed)
+        return WorkloadTiming(samples["ref"], samples["cand"], k, self.checked, notes, disturbed, counted)
 
     def _plan(self, n: int) -> list[tuple[str, int]]:
         if self.fresh:
@@ -584,16 +596,18 @@ def _words(span: torch.Tensor) -> torch.Tensor:
     return span.view(torch.int64) if span.numel() % 8 == 0 else span[: span.numel() - span.numel() % 8].view(torch.int64)
 
 
-def rounds_notes(kept: int, disturbed: int, min_rounds: int) -> tuple[list[str], bool]:
-    """What a workload's timing says about its rounds, and whether the disturbed ones must be
-    counted: too few undisturbed rounds because other work had the CPU (a busy machine, which
-    :func:`check._busy_share` takes as wholly disturbed), or because each round is long (an idle
-    H200 fitted 12 rounds of a 64 MiB workload in the time allowed), which says nothing of load."""
+def rounds_notes(kept: int, disturbed: int, min_rounds: int) -> tuple[list[str], Disturbed]:
+    """What a workload's timing says about its rounds, and what becomes of the disturbed ones:
+    counted when too few undisturbed rounds came, because other work had the CPU (a busy
+    machine, which :func:`check._busy_share` takes as wholly disturbed) or because each round is
+    long (an idle H200 fitted 12 rounds of a 64 MiB workload in the time allowed), which says
+    nothing of load."""
     set_aside = f"{disturbed} of {disturbed + kept} rounds set aside: other work on the machine had the CPU during them"
     if kept + disturbed < min_rounds:
         counted = f" ({disturbed} disturbed, counted too)" if disturbed else ""
         return [f"only {kept + disturbed} rounds fit in the time allowed, {min_rounds} were asked for: "
-                f"each round's calls are long{counted}"], True
+                f"each round's calls are long{counted}"], Disturbed.LONG_ROUNDS
     if kept < min_rounds:
-        return [set_aside, f"the machine was too busy for {min_rounds} undisturbed rounds: the disturbed ones are counted too"], True
-    return ([set_aside] if disturbed else []), False
+        return [set_aside, f"the machine was too busy for {min_rounds} undisturbed rounds: the disturbed ones are counted too"], \
+            Disturbed.TOO_BUSY
+    return ([set_aside] if disturbed else []), Disturbed.SET_ASIDE
