@@ -46,6 +46,7 @@ from .model.verdict import Verdict
 from .native.build import cuda_arch
 from .options import Settings, accepts_range_limited
 from .oracle.check import loaded_note
+from .oracle.drift import note as drift_note
 from .oracle.probe import machine_fingerprint
 from .oracle.program import rerun_test_cases
 from .report import remeasure_command, validate, write_reports
@@ -683,7 +684,8 @@ def _measurement(v: Verdict) -> Measurement:
     noise = d.get("noise") or {}
     # verdicts before rule 9 have no "loaded": only a loaded machine's had a run spread then
     loaded_machine = noise.get("loaded", bool(noise.get("run_spread")))
-    loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]), _number(noise.get("pressure")))] if loaded_machine else []
+    loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]), _number(noise.get("pressure")))] if loaded_machine else \
+        [drift_note(float(noise["run_spread"]))] if noise.get("run_spread_learned") else []
     threads = d.get("threads")
     return Measurement(
         blocks=blocks, spread=noise.get("spread"),

@@ -14,6 +14,7 @@ from pytest_maxcode.oracle import drift, stats
 from pytest_maxcode.oracle.check import CheckConfig, Oracle, combined_blocks
 from pytest_maxcode.oracle.reference import parse_reference
 from pytest_maxcode.oracle.verdict import Verdict
+from pytest_maxcode.session import _measurement
 
 
 @pytest.fixture
@@ -81,6 +82,10 @@ def test_the_interval_allows_for_the_learned_drift() -> None:
     assert wider.diagnostics["noise"]["run_spread"] == 0.3 and wider.diagnostics["noise"]["run_spread_learned"]
     assert wider.speedup_ci[0] < default.speedup_ci[0] and wider.speedup_ci[1] > default.speedup_ci[1]
     assert narrower.speedup_ci == default.speedup_ci  # never narrower than the default allows
+    # the verdict and the report say why the interval is wider than the default rule's
+    said = "the interval allows for this machine's drift between runs (about 35%, learned from its repeats"
+    assert said in wider.reasons[0] and "drift" not in default.reasons[0] and "drift" not in narrower.reasons[0]
+    assert any(n.startswith(said) for n in _measurement(wider).notes) and not _measurement(default).notes
 
 
 def test_an_oracle_on_a_drifting_machine_uses_its_drift_and_keys_its_verdicts_by_it(tmp_path: Path, machine_cache: Path) -> None:

@@ -1206,7 +1206,8 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used),
                                  "busy": round(load, 3), "pressure": pressure, "run_spread": run_spread, "loaded": loaded_machine,
                                  "run_spread_learned": run_spread == learned_spread}
-    loaded = f"; {loaded_note(load, run_spread, pressure)}" if loaded_machine else ""
+    loaded = f"; {loaded_note(load, run_spread, pressure)}" if loaded_machine else \
+        f"; {drift.note(run_spread)}" if run_spread == learned_spread else ""
     points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
     if last.status == VerdictStatus.FASTER and spread > DISAGREE and sp.low < 1.5 * min_speedup:

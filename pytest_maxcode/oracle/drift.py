@@ -45,6 +45,12 @@ class Drift:
                 f"(sd {self.spread:.3f} of the log speedup over {self.runs} runs): {used}")
 
 
+def note(run_spread: float) -> str:
+    """What a verdict and its report say when the interval allows for this machine's learned drift."""
+    return (f"the interval allows for this machine's drift between runs (about {math.expm1(run_spread):.0%}, "
+            f"learned from its repeats by maxcode check --repeat or maxcode remeasure)")
+
+
 def default_spread(device: str) -> float:
     """The run-to-run spread a quiet run allows for when nothing was learned."""
     return stats.GPU_RUN_SPREAD if device == "cuda" else stats.QUIET_RUN_SPREAD
