@@ -4,23 +4,57 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from pytest_maxcode.oracle import probe
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
 
 
-def test_a_dead_worker_is_replaced_between_batches(project: Path) -> None:
+def _worker_inside(pid: int) -> int:
+    """The worker's Python process under ``pid`` (the sandbox's process, or the worker itself)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        try:
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.isdigit() else None
+        except OSError:
+            continue
+        if ppid is not None:
+            children.setdefault(ppid, []).append(int(entry))
+    todo = [pid]
+    while todo:
+        p = todo.pop(0)
+        try:
+            argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            if argv[0] == os.fsencode(sys.executable) and any(a.endswith(b"_maxcode_worker.py") for a in argv):
+                return p
+        except OSError:
+            pass
+        todo += children.get(p, [])
+    raise AssertionError(f"no worker under {pid}")
+
+
+@pytest.mark.parametrize("how", ["sandbox-killed", "worker-killed"])
+def test_a_dead_worker_is_replaced_between_batches(project: Path, how: str) -> None:
+    # worker-killed, as a candidate can kill the process that forked it: its sandbox outlives it
+    # by a moment, so it looked alive when the next job was sent, and the job's fork request met
+    # a closed socket (the attack batch once ended with "the worker did not fork a job (dead)")
     os.chdir(project)
     config = CheckConfig(time_budget=0.1, timeout=30)
     with Oracle(parse_reference("ref.py"), config, project) as oracle:
         scratch = oracle.scratch
         (first,) = oracle.check([CandidateSpec.from_path("good.cpp")])
         assert first.correct
-        os.killpg(oracle.zygote.proc.pid, signal.SIGKILL)
-        oracle.zygote.proc.wait()
+        if how == "sandbox-killed":
+            os.killpg(oracle.zygote.proc.pid, signal.SIGKILL)
+            oracle.zygote.proc.wait()
+        else:  # its sandbox held, as in the moment before it notices
+            os.kill(oracle.zygote.proc.pid, signal.SIGSTOP)
+            os.kill(_worker_inside(oracle.zygote.proc.pid), signal.SIGKILL)
         second, wrong = oracle.check([CandidateSpec.from_path("good.cpp"), CandidateSpec.from_path("cheats/zeros.cpp")])
         assert second.correct, second.reasons
         assert wrong.status == "wrong"

@@ -39,6 +39,10 @@ class WorkerSetupError(Exception):
     """The reference could not be loaded in a worker."""
 
 
+class _ZygoteGone(WorkerSetupError):
+    """The zygote was dead when a job was sent to it."""
+
+
 class JobTimeout(Exception):
     pass
 
@@ -361,19 +365,33 @@ class Zygote:
         return ev
 
     def spawn(self, job: dict, timeout: float, max_message: int) -> Job:
-        """Fork a child for ``job``; it must finish within ``timeout`` seconds."""
+        """Fork a child for ``job``; it must finish within ``timeout`` seconds.
+
+        A zygote that died since its last job is replaced once, here: a candidate can kill the
+        process that forked it, and the sandbox around it outlives it by a moment, so it can
+        still look alive when the next job is sent. No code of this job's candidate ran yet."""
         self.ensure()
+        try:
+            return self._fork(job, timeout, max_message)
+        except _ZygoteGone:
+            self.start()
+            return self._fork(job, timeout, max_message)
+
+    def _fork(self, job: dict, timeout: float, max_message: int) -> Job:
         self._next_id += 1
         job_id = self._next_id
         parent_chan, child_chan = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
         try:
             self._send("fork", fds=[child_chan.fileno(), out_w], job_id=job_id, job=job)
+            sent = True
+        except OSError:  # its end of the socket is gone with it
+            sent = False
         finally:
             child_chan.close()
             os.close(out_w)
         try:
-            ev = self._recv(60.0)
+            ev = self._recv(60.0) if sent else Event("dead", {})
             why = ev.name
             if why == "forked" and ev.kwargs["job_id"] != job_id:
                 why = f"forked job {ev.kwargs['job_id']}, not {job_id}"
@@ -383,7 +401,7 @@ class Zygote:
             os.close(out_r)
             parent_chan.close()
             self.close()
-            raise WorkerSetupError(f"the worker did not fork a job ({why})")
+            raise (_ZygoteGone if why == "dead" else WorkerSetupError)(f"the worker did not fork a job ({why})")
         reader = CappedReader(out_r)
         reader.start()
         conn = Connection(parent_chan.detach())
