@@ -596,7 +596,11 @@ class Oracle:
         verdicts = []
         for i, cand in enumerate(candidates, 1):
             self.progress(f"[{i}/{len(candidates)}] checking {cand.path.name}")
-            v = self._evaluate(cand, builds.get(id(cand)))
+            try:
+                v = self._evaluate(cand, builds.get(id(cand)))
+            except WorkerSetupError as e:  # replaced once already (Zygote.spawn): the machine, not a candidate
+                raise MaxcodeError(f"checking {cand.path.name}: a worker could not be started again ({e}); "
+                                   f"the {len(verdicts)} verdict(s) before it are kept") from None
             _note_host_copy(v)
             self._record(cand, v)
             verdicts.append(v)
