@@ -19,8 +19,6 @@ from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
 
 RUNS = 10
-#: beside the hog, fewer runs: what is asserted there needs pairs of claims, not ten
-HOG_RUNS = 6
 
 
 def _spin(stop: multiprocessing.synchronize.Event) -> None:
@@ -99,13 +97,14 @@ def test_beside_a_cpu_hog_each_run_lies_inside_the_others_intervals(project: Pat
     # three runs near 2.9x, then three near 2.1x): the blocks see the machine's CPU pressure and
     # the interval allows for the next run (issue 14). The rounds' disturbed share alone missed
     # it: runs whose blocks saw 0 to 12% of rounds disturbed quoted narrow intervals.
-    # Issue 14 asks for every other run; with six runs one miss per run is allowed here, as
-    # the intervals are built for about 99% of pairs, and no two "faster" claims may exclude
-    # each other
+    # Issue 14's test as for the quiet machine: ten runs, each inside the nine others' intervals
+    # (it was six runs with one miss allowed; on the 2-core Intel VM three campaigns of ten beside
+    # two busy processes, 2026-11-28: 3.52x to 4.67x, every run loaded, intervals about [2.2, 7.4],
+    # none missed), and no two "faster" claims exclude each other
     with cpu_hog():
-        runs = _runs(project, HOG_RUNS)
+        runs = _runs(project, RUNS)
     assert all(r["status"] in ("faster", "not_faster") and r["speedup_ci"] for r in runs), [r["reasons"] for r in runs]
     held = _held(runs)
-    assert min(held) >= HOG_RUNS - 2, _table(runs, held)
+    assert min(held) >= RUNS - 1, _table(runs, held)
     claims = [r for r in runs if r["status"] == "faster"]
     assert all(a["speedup_ci"][0] <= b["speedup_ci"][1] for a in claims for b in claims), _table(runs, held)
