@@ -45,8 +45,7 @@ from .model.search import Node, NodeRow
 from .model.verdict import Verdict
 from .native.build import cuda_arch
 from .options import Settings, accepts_range_limited
-from .oracle.check import loaded_note
-from .oracle.drift import note as drift_note
+from .oracle.check import noise_note
 from .oracle.probe import machine_fingerprint
 from .oracle.program import rerun_test_cases
 from .report import remeasure_command, validate, write_reports
@@ -682,15 +681,12 @@ def _measurement(v: Verdict) -> Measurement:
     call_us = v.candidate_s * 1e6 if v.candidate_s else None
     kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None
     noise = d.get("noise") or {}
-    # verdicts before rule 9 have no "loaded": only a loaded machine's had a run spread then
-    loaded_machine = noise.get("loaded", bool(noise.get("run_spread")))
-    loaded = [loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]), _number(noise.get("pressure")))] if loaded_machine else \
-        [drift_note(float(noise["run_spread"]))] if noise.get("run_spread_learned") else []
+    note = noise_note(noise)
     threads = d.get("threads")
     return Measurement(
         blocks=blocks, spread=noise.get("spread"),
         set_aside=sum(int(n) for n in (d.get("disturbed_rounds") or {}).values() if isinstance(n, (int, float))),
-        notes=loaded + [str(n) for n in d.get("timing_notes") or []][:3],
+        notes=([note] if note else []) + [str(n) for n in d.get("timing_notes") or []][:3],
         call_overhead_us=overhead, kernel_us=kernel_us,
         threads=int(threads) if isinstance(threads, int) and threads > 0 else None,
     )

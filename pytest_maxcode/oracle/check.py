@@ -1210,8 +1210,7 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     last.diagnostics["noise"] = {"blocks": len(used), "spread": round(spread, 4), "set_aside_blocks": len(blocks) - len(used),
                                  "busy": round(load, 3), "pressure": pressure, "run_spread": run_spread, "loaded": loaded_machine,
                                  "run_spread_learned": run_spread == learned_spread}
-    loaded = f"; {loaded_note(load, run_spread, pressure)}" if loaded_machine else \
-        f"; {drift.note(run_spread)}" if run_spread == learned_spread else ""
+    loaded = f"; {note}" if (note := noise_note(last.diagnostics["noise"])) else ""
     points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
     if last.status == VerdictStatus.FASTER and spread > DISAGREE and sp.low < 1.5 * min_speedup:
@@ -1267,6 +1266,19 @@ def loaded_note(load: float, run_spread: float, pressure: float | None = None) -
     waited = f"some task waited for a CPU during {pressure:.0%} of the timing, " if pressure is not None else ""
     return (f"the machine was loaded ({waited}{load:.0%} of the timed rounds disturbed), so the interval allows "
             f"for whole runs that differ by about {math.expm1(run_spread):.0%}, as runs beside other work do")
+
+
+def noise_note(noise: dict[str, Any]) -> str | None:
+    """What a verdict and its report say about the run-to-run spread its interval allows for
+    (``diagnostics.noise``): a loaded machine's, or this machine's learned drift; None for the default."""
+    pressure = noise.get("pressure")
+    # verdicts before rule 9 have no "loaded": only a loaded machine's had a run spread then
+    if noise.get("loaded", bool(noise.get("run_spread"))):
+        return loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]),
+                           float(pressure) if isinstance(pressure, (int, float)) and not isinstance(pressure, bool) else None)
+    if noise.get("run_spread_learned"):
+        return drift.note(float(noise["run_spread"]))
+    return None
 
 
 def second_measurement(first: Verdict) -> Verdict:
