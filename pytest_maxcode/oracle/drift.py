@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,15 +67,11 @@ def estimate_drift(runs: Sequence[Verdict]) -> Drift | None:
         used = [b["speedup"] for b in v.diagnostics.get("blocks", []) if b.get("used") and b.get("speedup")]
         if not isinstance(noise, dict) or noise.get("loaded") or len(used) < 2 or not v.speedup:
             continue
-        logs = [math.log(s) for s in used]
-        mean = sum(logs) / len(logs)
         points.append(math.log(v.speedup))
-        within.append(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1) / len(logs))
+        within.append(statistics.variance([math.log(s) for s in used]) / len(used))  # of the run's mean
     if len(points) < MIN_RUNS:
         return None
-    mean = sum(points) / len(points)
-    total = sum((x - mean) ** 2 for x in points) / (len(points) - 1)
-    return Drift(round(math.sqrt(max(0.0, total - sum(within) / len(within))), 4), len(points))
+    return Drift(round(math.sqrt(max(0.0, statistics.variance(points) - statistics.fmean(within))), 4), len(points))
 
 
 def _path(cache_dir: Path, device: str) -> Path:
@@ -82,12 +79,20 @@ def _path(cache_dir: Path, device: str) -> Path:
     return probe.cache_path(cache_dir, {**probe.machine_fingerprint("cpu"), "device": device}, "-drift")
 
 
+def _kept(path: Path) -> list[dict]:
+    """The estimates kept in ``path``; none where it is missing or unreadable."""
+    try:
+        kept = json.loads(path.read_text())["estimates"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return kept if isinstance(kept, list) else []
+
+
 def learned(cache_dir: Path, device: str) -> float | None:
     """The largest drift this machine's recent repeats showed for ``device``, or None."""
     try:
-        kept = json.loads(_path(cache_dir, device).read_text())["estimates"]
-        return max(float(e["spread"]) for e in kept) if kept else None
-    except (OSError, ValueError, KeyError, TypeError):
+        return max((float(e["spread"]) for e in _kept(_path(cache_dir, device))), default=None)
+    except (ValueError, KeyError, TypeError):
         return None
 
 
@@ -95,11 +100,8 @@ def remember_drift(cache_dir: Path, device: str, drift: Drift) -> None:
     """Keep ``drift`` among this machine's last :data:`KEPT` estimates; a cache this user cannot
     write loses the estimate, not the run."""
     path = _path(cache_dir, device)
-    try:
-        kept = json.loads(path.read_text())["estimates"]
-    except (OSError, ValueError, KeyError, TypeError):
-        kept = []
-    kept = [*kept, {"spread": drift.spread, "runs": drift.runs, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}][-KEPT:]
+    now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    kept = [*_kept(path), {"spread": drift.spread, "runs": drift.runs, "measured_at": now}][-KEPT:]
     try:
         write_atomic(path, json.dumps({"device": device, "estimates": kept}, indent=2))
     except OSError:

@@ -243,7 +243,7 @@ class WorkloadTiming:
     #: rounds set aside because a side or the timer waited for a CPU during them
     disturbed: int = 0
     #: whether those rounds are in the samples all the same, and why
-    counted: Disturbed = field(default_factory=lambda: Disturbed.SET_ASIDE)
+    counted: Disturbed = Disturbed.SET_ASIDE
     #: µs a dispatched call of this workload costs besides its kernel (allocation, descriptors,
     #: the call), measured here with a no-op kernel through the path the worker used; None
     #: for compat candidates, or without the compiled call path
