@@ -13,28 +13,18 @@ import pytest
 from pytest_maxcode.oracle import probe
 from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
 from pytest_maxcode.oracle.reference import parse_reference
+from pytest_maxcode.sandbox.stop import tree
 
 
 def _worker_inside(pid: int) -> int:
     """The worker's Python process under ``pid`` (the sandbox's process, or the worker itself)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        try:
-            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.isdigit() else None
-        except OSError:
-            continue
-        if ppid is not None:
-            children.setdefault(ppid, []).append(int(entry))
-    todo = [pid]
-    while todo:
-        p = todo.pop(0)
+    for p in tree(pid):  # nearest first
         try:
             argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-            if argv[0] == os.fsencode(sys.executable) and any(a.endswith(b"_maxcode_worker.py") for a in argv):
-                return p
         except OSError:
-            pass
-        todo += children.get(p, [])
+            continue
+        if argv[0] == os.fsencode(sys.executable) and any(a.endswith(b"_maxcode_worker.py") for a in argv):
+            return p
     raise AssertionError(f"no worker under {pid}")
 
 
