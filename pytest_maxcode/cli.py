@@ -32,7 +32,7 @@ from .remeasure import measurable_here
 from .report import REMEASURE_REPEATS, fmt_time, remeasure_command, remeasure_text, validate
 from .report.tree import best_node, render_tree
 from .sandbox.env import hide_own_environment
-from .tables import Regressions
+from .tables import DEFAULT_RUNS, Regressions
 from .targets.accept import reference_hash_in_file
 from .targets.dispatch import entry_state
 from .targets.lock import find_lock, read_lock
@@ -204,7 +204,7 @@ def _add_bench_ab(sub: Subcommands) -> None:
     ab.add_argument("base", metavar="BASE_REF")
     ab.add_argument("head", metavar="HEAD_REF")
     ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="after --: what pytest runs (e.g. -- tests/bench -k matmul)")
-    ab.add_argument("--runs", type=options.positive_int, metavar="N", help="processes per side (default 5)")
+    ab.add_argument("--runs", type=options.positive_int, metavar="N", help=f"processes per side (default: [tool.maxcode.regressions] runs, else {DEFAULT_RUNS})")
     ab.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
     _fork_server_argument(ab)
     _history_arguments(ab)
@@ -230,7 +230,7 @@ def _add_bench_record(sub: Subcommands) -> None:
     )
     rec.add_argument("ref", metavar="REF")
     rec.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="after --: what pytest runs")
-    rec.add_argument("--runs", type=options.positive_int, metavar="N", help="processes (default 5)")
+    rec.add_argument("--runs", type=options.positive_int, metavar="N", help=f"processes (default: [tool.maxcode.regressions] runs, else {DEFAULT_RUNS})")
     rec.add_argument("--timer", choices=("time", "instructions"), help="wall time (default) or instruction counts under valgrind")
     rec.add_argument("--profile", metavar="NAME", help="read [tool.maxcode.profiles.NAME] regressions over [tool.maxcode]'s")
     _fork_server_argument(rec)
@@ -238,9 +238,9 @@ def _add_bench_record(sub: Subcommands) -> None:
 
 
 def _fork_server_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fork-server", action="store_true",
-                        help="fork each run from a server per side that collected the tests once: start-up is paid once, "
-                             "but forked runs vary more (default: a new interpreter per run)")
+    parser.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True,
+                        help="fork each run from a server per side that started pytest and collected the tests once, so "
+                             "start-up is paid once (the default); --no-fork-server: a new interpreter per run")
 
 
 def _add_pr(sub: Subcommands) -> None:
@@ -946,7 +946,9 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     history = History.load(Path(ns.history)) if ns.history else None
     if ns.baseline == "stored" and history is None:
         raise MaxcodeError("bench-ab --baseline stored needs --history PATH (the file bench-record and bench-ab write)")
-    stored = history.find(commits["base"], timer, ns.pytest_args) if history is not None and ns.baseline == "stored" else None
+    kind = ab.processes(timer, ns.fork_server)
+    stored = (history.find(commits["base"], timer, ns.pytest_args, processes=kind)
+              if history is not None and ns.baseline == "stored" else None)
     if ns.baseline == "stored" and stored is None:
         _say(console, f"bench-ab: {ns.history} holds no figures of the base {commits['base'][:12]} measured this way: "
                       "measuring the base as well")
@@ -960,16 +962,16 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     result.unit = "instructions" if timer == "instructions" else "s"
     again = ["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12], "--runs", str(ns.runs or reg.runs), "--timer", timer]
     again += (["--threshold", str(ns.threshold)] if ns.threshold else []) + (["--profile", ns.profile] if ns.profile else [])
-    again += ["--fork-server"] if ns.fork_server else []
+    again += [] if ns.fork_server else ["--no-fork-server"]
     result.remeasure = _cd(Path.cwd(), repo) + shlex.join([*again, "--", *ns.pytest_args])  # read from the repository's root
     if stored is not None:
         result.baseline = f"stored by the run of {stored.when} (not re-measured)"
     if history is not None:
         if stored is None:
             history.add(Record(commits["base"], branch, timer, tuple(ns.pytest_args),
-                               {name: list(t.data or [t.median_s]) for name, t in base.items()}))
+                               {name: list(t.data or [t.median_s]) for name, t in base.items()}, processes=kind))
             history.save()
-        trends = ((c.name, history.trend(c.name, branch, timer, ns.pytest_args)) for c in result.comparisons)
+        trends = ((c.name, history.trend(c.name, branch, timer, ns.pytest_args, processes=kind)) for c in result.comparisons)
         result.trends = {name: points for name, points in trends if len(points) > 1}
     return _emit_comparison(ns, result)
 
@@ -989,7 +991,7 @@ def cmd_bench_record(ns: argparse.Namespace) -> int:
                          project=os.path.relpath(Path.cwd(), repo), timer=timer,
                          progress=(lambda msg: console.log(msg)) if console else None)["ref"]
     branch = _branch_name(ns, ns.ref)
-    history.add(Record(commit, branch, timer, tuple(ns.pytest_args), samples))
+    history.add(Record(commit, branch, timer, tuple(ns.pytest_args), samples, processes=ab.processes(timer, ns.fork_server)))
     history.save()
     print(f"stored {len(samples)} benchmark(s) of {commit[:12]} ({branch}, {timer}) in {ns.history}")
     return 0

@@ -60,7 +60,7 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
                 project: str = ".", python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
                 progress: Callable[[str], None] | None = None,
                 stored_base: Mapping[str, Sequence[float]] | None = None,
-                fork_server: bool = False) -> tuple[dict[str, Timings], dict[str, Timings]]:
+                fork_server: bool = True) -> tuple[dict[str, Timings], dict[str, Timings]]:
     """Each benchmark's per-run figures on the base and on the head, run alternately in
     worktrees of ``repo_root`` (the checkout itself is not touched); ``project`` is the
     folder inside the repository that pytest runs in. ``timer="instructions"`` counts
@@ -77,12 +77,13 @@ def interleaved(repo_root: Path, base: str, head: str, pytest_args: Sequence[str
 def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str], *, runs: int = RUNS, project: str = ".",
             python: str = sys.executable, timeout_s: float = 1800.0, timer: str = "time",
             progress: Callable[[str], None] | None = None,
-            optional: frozenset[str] = frozenset(), fork_server: bool = False) -> dict[str, dict[str, list[float]]]:
+            optional: frozenset[str] = frozenset(), fork_server: bool = True) -> dict[str, dict[str, list[float]]]:
     """Per side (``refs``: side name -> commit), each benchmark's figure per process, the
     sides' processes alternating ABBA... (a slow drift of the machine weighs on all alike).
     An ``optional`` side (the base) that lacks the project folder or collects no benchmark
     has none: a pull request that adds the first benchmarks is not an error. ``fork_server``:
-    fork each timed run from a server per side that collected once (faster start, noisier runs).
+    fork each timed run from a server per side that collected once (see :class:`_Runs`); else a
+    new interpreter per run.
     Many parameters because each keyword is one option of ``bench-ab`` / ``bench-record``."""
     if timer not in ("time", "instructions"):
         raise MaxcodeError(f"bench-ab: --timer {timer!r}: expected time or instructions")
@@ -122,6 +123,11 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
                     repo.git.worktree("remove", "--force", str(path))
             repo.close()  # GitPython's cat-file processes end with it, not when it is collected
     return samples
+
+
+def processes(timer: str, fork_server: bool) -> str:
+    """The kind of process a run is, as a history records it: counted runs always start afresh."""
+    return "forked" if fork_server and timer == "time" else "fresh"
 
 
 def _absent(cwd: Path, side: str, optional: bool, progress: Callable[[str], None] | None) -> bool:
@@ -195,10 +201,15 @@ def _no_aslr() -> tuple[str, ...]:
 
 
 class _Runs:
-    """One side's pytest processes: a new interpreter per run, or, with ``fork_server``, runs
-    forked by a server that started pytest and collected the tests once
-    (``_pytest_forkserver.py``), which pays start-up once but whose runs vary more (identical
-    code beside a hog: the change's sd 0.125 against 0.018; tests/benchmarks/ab_modes.py).
+    """One side's pytest processes: by default, runs forked by a server that started pytest and
+    collected the tests once (``_pytest_forkserver.py``), so that start-up is paid once per side,
+    not once per run; else a new interpreter per run. Beside two busy processes on the 2-core
+    VM (tests/benchmarks/bench_regressions.py, the modes taking turns, 2026-11-28): forked, 0
+    false changes in 30 benchmark comparisons of identical code and 8.8 s a comparison, 0.75
+    times the old base-then-head pair; new interpreters, 0 in 30 and 22.1 s. An earlier
+    measurement (2026-11-26) found forked runs noisier, judged by a t-test; the machine's own
+    slow and fast spells, which both modes see, were the larger noise there and then
+    (tests/benchmarks/ab_modes.py, the same day: sd of the change 0.050 forked, 0.093 fresh).
     Counted runs start afresh under valgrind, as counting needs."""
 
     def __init__(self, python: str, tree: Path, project: str, pytest_args: Sequence[str], side: str,

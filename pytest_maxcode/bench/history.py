@@ -1,8 +1,9 @@
 """Stored benchmark results of a branch: a baseline that need not be re-run, and a trend.
 
 Each record is one commit's per-process samples (what ``maxcode bench-ab`` measures: one
-figure per short pytest process), with the timer and the pytest arguments that produced
-them, since samples taken with other arguments or another timer measure something else.
+figure per short pytest process), with the timer, the pytest arguments and the kind of
+process (forked from a server, or a new interpreter) that produced them, since samples taken
+another way measure something else.
 The file is plain JSON so that CI can carry it between runs in a cache or an artifact, the
 way github-action-benchmark keeps its data on a branch. It keeps the newest ``KEEP`` records.
 """
@@ -34,6 +35,10 @@ class Record:
     args: tuple[str, ...]  # the pytest arguments
     samples: Mapping[str, Sequence[float]]  # benchmark -> one figure per process
     when: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    processes: str = "forked"  # "forked" from a server per side, or "fresh" interpreters (see bench.ab)
+
+    def measured_as(self, timer: str, args: Sequence[str], processes: str) -> bool:
+        return (self.timer, self.args, self.processes) == (timer, tuple(args), processes)
 
     def medians(self) -> dict[str, float]:
         return {name: statistics.median(xs) for name, xs in self.samples.items() if xs}
@@ -46,8 +51,9 @@ class Record:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Record:
         samples = {str(k): [float(x) for x in v] for k, v in dict(d["samples"]).items()}
+        # records written before the kind of process was kept came from new interpreters, the default then
         return cls(str(d["commit"]), str(d["ref"]), str(d["timer"]), tuple(str(a) for a in d.get("args", ())), samples,
-                   str(d.get("when", "")))
+                   str(d.get("when", "")), str(d.get("processes", "fresh")))
 
 
 @dataclass
@@ -70,16 +76,17 @@ class History:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise MaxcodeError(f"{path}: not a benchmark history (a 'records' list); delete it to start a new one") from None
 
-    def find(self, commit: str, timer: str, args: Sequence[str]) -> Record | None:
+    def find(self, commit: str, timer: str, args: Sequence[str], *, processes: str) -> Record | None:
         """The newest record of this commit measured the same way."""
         for r in reversed(self.records):
-            if r.commit == commit and r.timer == timer and r.args == tuple(args):
+            if r.commit == commit and r.measured_as(timer, args, processes):
                 return r
         return None
 
     def add(self, record: Record) -> None:
         """Append, replacing an older record of the same commit measured the same way."""
-        self.records = [r for r in self.records if (r.commit, r.timer, r.args) != (record.commit, record.timer, record.args)]
+        self.records = [r for r in self.records
+                        if r.commit != record.commit or not r.measured_as(record.timer, record.args, record.processes)]
         self.records.append(record)
         del self.records[:-KEEP]
 
@@ -87,8 +94,8 @@ class History:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps({"records": [r.to_json() for r in self.records]}, indent=1) + "\n")
 
-    def trend(self, name: str, ref: str, timer: str, args: Sequence[str], n: int = TREND) -> list[float]:
-        """The benchmark's medians over the newest ``n`` records of ``ref``, oldest first."""
+    def trend(self, name: str, ref: str, timer: str, args: Sequence[str], *, processes: str, n: int = TREND) -> list[float]:
+        """The benchmark's medians over the newest ``n`` records of ``ref`` measured this way, oldest first."""
         out = [statistics.median(r.samples[name]) for r in self.records
-               if r.ref == ref and r.timer == timer and r.args == tuple(args) and r.samples.get(name)]
+               if r.ref == ref and r.measured_as(timer, args, processes) and r.samples.get(name)]
         return out[-n:]

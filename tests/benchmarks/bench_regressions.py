@@ -5,17 +5,19 @@ A repository whose base has three benchmarks, a head that changes nothing but th
 hog (one busy process per core, as on a shared runner) it runs
 
 - the interleaved mode (``maxcode bench-ab``: base and head alternately, ``--runs`` processes
-  each, a rank test of a change beyond the threshold on per-process figures) and the old mode
+  each, forked from a server per side, a rank test of a change beyond the threshold on
+  per-process figures), the same with a new interpreter per run (``fresh``), and the old mode
   (one pytest-benchmark run of the base, then one of the head, ``maxcode compare``: Mann-Whitney
   on the rounds), ``--same`` times on the unchanged head and ``--slow`` times on the slow one;
 - the instruction mode once on each head.
 
-It prints one JSON object: false regressions per benchmark comparison on the unchanged head
+The modes take turns, comparison by comparison, so that the machine's slow changes weigh on
+all of them alike. It prints one JSON object: false regressions per benchmark comparison on the unchanged head
 (target 0), false changes of either sign there (an unchanged benchmark called "improved" is as
 wrong), how often the 2x and the 20% were flagged, and the wall time per comparison of each
 mode. ``--bursty``: the busy processes work and rest by turns (0.2 to 2 s each, at random), as a
 neighbour's job with its own phases does, instead of spinning throughout. Usage:
-``python tests/benchmarks/bench_regressions.py [--same 20] [--slow 10] [--bursty] [--modes interleaved,old]``.
+``python tests/benchmarks/bench_regressions.py [--same 20] [--slow 10] [--bursty] [--modes interleaved,fresh,old]``.
 """
 
 from __future__ import annotations
@@ -71,9 +73,9 @@ def old_mode(root: Path, head: str) -> tuple[dict[str, str], float]:
     return {c.name.split("::")[-1]: c.verdict for c in result.comparisons}, time.perf_counter() - start
 
 
-def interleaved(root: Path, head: str, runs: int, timer: str = "time") -> tuple[dict[str, str], float]:
+def interleaved(root: Path, head: str, runs: int, timer: str = "time", *, fresh: bool = False) -> tuple[dict[str, str], float]:
     start = time.perf_counter()
-    base, measured = ab.interleaved(root, "base", head, [], runs=runs, project="proj", timer=timer)
+    base, measured = ab.interleaved(root, "base", head, [], runs=runs, project="proj", timer=timer, fork_server=not fresh)
     result = ab.judge(base, measured, timer=timer)
     return {c.name.split("::")[-1]: c.verdict for c in result.comparisons}, time.perf_counter() - start
 
@@ -95,17 +97,24 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=ab.RUNS)
     ap.add_argument("--hog", type=int, default=os.cpu_count() or 2, help="busy processes beside it")
     ap.add_argument("--bursty", action="store_true", help="the busy processes work and rest by turns")
-    ap.add_argument("--modes", default="interleaved,old", help="which wall-clock modes to run")
+    ap.add_argument("--modes", default="interleaved,old", help="which wall-clock modes to run (fresh: interleaved with "
+                    "a new interpreter per run instead of runs forked from a server)")
     ns = ap.parse_args()
     out: dict[str, object] = {"machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start",
                               "hog_processes": ns.hog, "bursty": ns.bursty, "runs_per_side": ns.runs}
-    modes = {"interleaved": lambda h: interleaved(root, h, ns.runs), "old": lambda h: old_mode(root, h)}
+    modes = {"interleaved": lambda h: interleaved(root, h, ns.runs), "old": lambda h: old_mode(root, h),
+             "fresh": lambda h: interleaved(root, h, ns.runs, fresh=True)}
+    chosen = ns.modes.split(",")
     with tempfile.TemporaryDirectory() as tmp, cpu_hog(ns.hog, _bursts if ns.bursty else _spin):
         root = Path(tmp)
         make_repo(root)
-        for mode, fn in ((m, modes[m]) for m in ns.modes.split(",")):
-            same = [fn("same") for _ in range(ns.same)]
-            slow = [fn("slow") for _ in range(ns.slow)]
+        # the modes take turns, comparison by comparison: the machine's slow changes weigh on all alike
+        results = {m: {"same": [], "slow": []} for m in chosen}
+        for head in ["same"] * ns.same + ["slow"] * ns.slow:
+            for m in chosen:
+                results[m][head].append(modes[m](head))
+        for mode in chosen:
+            same, slow = results[mode]["same"], results[mode]["slow"]
             out[mode] = {
                 "false_regressions": sum(v == "regressed" for verdicts, _ in same for v in verdicts.values()),
                 "false_changes": sum(v != "unchanged" for verdicts, _ in same for v in verdicts.values()),
