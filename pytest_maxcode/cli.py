@@ -238,9 +238,10 @@ def _add_bench_record(sub: Subcommands) -> None:
 
 
 def _fork_server_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--fork-server", action=argparse.BooleanOptionalAction,
                         help="fork each run from a server per side that started pytest and collected the tests once, so "
-                             "start-up is paid once (the default); --no-fork-server: a new interpreter per run")
+                             "start-up is paid once; --no-fork-server: a new interpreter per run (default: "
+                             "[tool.maxcode.regressions] fork_server, else forked)")
 
 
 def _add_pr(sub: Subcommands) -> None:
@@ -901,6 +902,12 @@ def _regressions_table(ns: argparse.Namespace) -> Regressions:
         raise MaxcodeError(str(e)) from None
 
 
+def _measured_how(ns: argparse.Namespace) -> tuple[Regressions, str, bool]:
+    """The regressions table, the timer and whether runs fork from a server: the options, else the table."""
+    reg = _regressions_table(ns)
+    return reg, ns.timer or reg.timer, reg.fork_server if ns.fork_server is None else ns.fork_server
+
+
 def _emit_comparison(ns: argparse.Namespace, result: CompareResult) -> int:
     """The markdown table on stdout (and in --markdown), the JSON in --json; the exit status."""
     from .bot import compare as cmp  # when a comparison is made: keeps start-up fast
@@ -937,8 +944,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     from .bench import ab
     from .bench.history import History, Record
 
-    reg = _regressions_table(ns)
-    timer = ns.timer or reg.timer
+    reg, timer, fork = _measured_how(ns)
     repo = _git_root(Path.cwd())
     console = _console()
     commits = {side: ab.resolve_commit(repo, ref) for side, ref in (("base", ns.base), ("head", ns.head))}
@@ -946,13 +952,13 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     history = History.load(Path(ns.history)) if ns.history else None
     if ns.baseline == "stored" and history is None:
         raise MaxcodeError("bench-ab --baseline stored needs --history PATH (the file bench-record and bench-ab write)")
-    kind = ab.processes(timer, ns.fork_server)
+    kind = ab.processes(timer, fork)
     stored = (history.find(commits["base"], timer, ns.pytest_args, processes=kind)
               if history is not None and ns.baseline == "stored" else None)
     if ns.baseline == "stored" and stored is None:
         _say(console, f"bench-ab: {ns.history} holds no figures of the base {commits['base'][:12]} measured this way: "
                       "measuring the base as well")
-    base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=ns.fork_server,
+    base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=fork,
                                 project=os.path.relpath(Path.cwd(), repo), timer=timer,
                                 progress=(lambda msg: console.log(msg)) if console else None,
                                 stored_base=stored.samples if stored else None)
@@ -962,7 +968,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
     result.unit = "instructions" if timer == "instructions" else "s"
     again = ["maxcode", "bench-ab", commits["base"][:12], commits["head"][:12], "--runs", str(ns.runs or reg.runs), "--timer", timer]
     again += (["--threshold", str(ns.threshold)] if ns.threshold else []) + (["--profile", ns.profile] if ns.profile else [])
-    again += [] if ns.fork_server else ["--no-fork-server"]
+    again += [] if fork else ["--no-fork-server"]
     result.remeasure = _cd(Path.cwd(), repo) + shlex.join([*again, "--", *ns.pytest_args])  # read from the repository's root
     if stored is not None:
         result.baseline = f"stored by the run of {stored.when} (not re-measured)"
@@ -981,17 +987,16 @@ def cmd_bench_record(ns: argparse.Namespace) -> int:
     from .bench import ab
     from .bench.history import History, Record
 
-    reg = _regressions_table(ns)
-    timer = ns.timer or reg.timer
+    reg, timer, fork = _measured_how(ns)
     repo = _git_root(Path.cwd())
     console = _console()
     commit = ab.resolve_commit(repo, ns.ref)
     history = History.load(Path(ns.history))
-    samples = ab.measure(repo, {"ref": ns.ref}, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=ns.fork_server,
+    samples = ab.measure(repo, {"ref": ns.ref}, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=fork,
                          project=os.path.relpath(Path.cwd(), repo), timer=timer,
                          progress=(lambda msg: console.log(msg)) if console else None)["ref"]
     branch = _branch_name(ns, ns.ref)
-    history.add(Record(commit, branch, timer, tuple(ns.pytest_args), samples, processes=ab.processes(timer, ns.fork_server)))
+    history.add(Record(commit, branch, timer, tuple(ns.pytest_args), samples, processes=ab.processes(timer, fork)))
     history.save()
     print(f"stored {len(samples)} benchmark(s) of {commit[:12]} ({branch}, {timer}) in {ns.history}")
     return 0

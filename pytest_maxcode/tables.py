@@ -240,12 +240,14 @@ DEFAULT_RUNS = 7
 @dataclass(frozen=True)
 class Regressions:
     """``threshold``, per-benchmark ``thresholds`` (globs), and how ``maxcode bench-ab`` measures:
-    ``timer`` (``time``, or ``instructions`` under valgrind) and ``runs`` per side."""
+    ``timer`` (``time``, or ``instructions`` under valgrind), ``runs`` per side, and whether
+    each timed run is forked from a server per side (``fork_server``) or a new interpreter."""
 
     threshold: float = DEFAULT_THRESHOLD
     thresholds: Mapping[str, float] | None = None
     timer: str = "time"
     runs: int = DEFAULT_RUNS
+    fork_server: bool = True
 
 
 def parse_regressions(table: Regressions | Mapping[str, Any] | None) -> Regressions:
@@ -254,7 +256,7 @@ def parse_regressions(table: Regressions | Mapping[str, Any] | None) -> Regressi
     if isinstance(table, Regressions):
         return table
     table = dict(table or {})
-    known = ("threshold", "thresholds", "timer", "runs")
+    known = ("threshold", "thresholds", "timer", "runs", "fork_server")
     unknown = sorted(set(table) - set(known))
     if unknown:
         raise ValueError(f"[tool.maxcode.regressions] has no setting {unknown[0]!r} (known: {', '.join(known)})")
@@ -271,7 +273,10 @@ def parse_regressions(table: Regressions | Mapping[str, Any] | None) -> Regressi
     runs = table.get("runs", DEFAULT_RUNS)
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ValueError(f"[tool.maxcode.regressions] runs must be a whole number of at least 2, not {runs!r}")
-    return Regressions(float(default), {str(k): float(v) for k, v in per.items()}, timer, runs)
+    fork_server = table.get("fork_server", True)
+    if not isinstance(fork_server, bool):
+        raise ValueError(f"[tool.maxcode.regressions] fork_server must be true or false, not {fork_server!r}")
+    return Regressions(float(default), {str(k): float(v) for k, v in per.items()}, timer, runs, fork_server)
 
 
 # -- LLM prices (the ``prices`` setting) -----------------------------------------------------------

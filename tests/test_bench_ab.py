@@ -155,12 +155,16 @@ def test_history_gives_a_stored_baseline_and_a_trend(repo: Path, tmp_path: Path)
     assert "base trend |" in r.stdout and "(2) |" in r.stdout
     assert len(History.load(history).records) == 2  # a stored baseline is not stored again
 
-    # no record of the base measured with these arguments: the base is measured, and stored
+    # no record of the base measured with these arguments, in new interpreters: the base is measured, and
+    # stored as measured, and the command that measures it again starts new interpreters too
     r = run_maxcode(["bench-ab", "base", "head", "--runs", "2", "--history", str(history), "--baseline", "stored",
-                     "--json", str(out), "--", *ARGS, "-k", "same"], cwd=repo / "proj")
+                     "--no-fork-server", "--json", str(out), "--", *ARGS, "-k", "same"], cwd=repo / "proj")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "holds no figures of the base" in r.stderr and json.loads(out.read_text())["baseline"] is None
-    assert History.load(history).records[-1].args == (*ARGS, "-k", "same")
+    data = json.loads(out.read_text())
+    assert "holds no figures of the base" in r.stderr and data["baseline"] is None
+    assert "--runs 2 --timer time --no-fork-server -- " in data["remeasure"], data["remeasure"]
+    newest = History.load(history).records[-1]
+    assert (newest.args, newest.processes) == ((*ARGS, "-k", "same"), "fresh")
 
 
 LIMIT = math.log1p(0.1)
@@ -209,8 +213,8 @@ def test_history_file_rules(tmp_path: Path) -> None:
     h = History.load(tmp_path / "new.json")
     assert h.records == []
     for i in range(KEEP + 5):
-        h.add(Record(f"c{i}", "main", "time", (), {"b": [float(i), float(i) + 2]}))
-    h.add(Record(f"c{KEEP + 4}", "main", "time", (), {"b": [100.0]}))  # the same commit again: replaced
+        h.add(Record(f"c{i}", "main", "time", (), {"b": [float(i), float(i) + 2]}, processes="forked"))
+    h.add(Record(f"c{KEEP + 4}", "main", "time", (), {"b": [100.0]}, processes="forked"))  # the same commit again: replaced
     h.save()
     again = History.load(h.path)
     assert len(again.records) == KEEP and again.records[-1].samples == {"b": [100.0]}
@@ -311,6 +315,30 @@ def test_every_run_is_its_own_process_importing_its_sides_code_afresh(tmp_path: 
     assert all(pid == imported_in for pid, _, imported_in in runs), f"a run used a module imported before it: {runs}"
 
 
+NO_FORK = '''
+import os
+
+del os.fork  # as where collecting initialises torch's CUDA: the server cannot fork a run
+'''
+
+
+def test_a_server_that_cannot_fork_hands_over_to_new_interpreters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server runs its first run as a new interpreter and says so; it then goes (it may hold a
+    CUDA context), and the side's later runs start afresh from bench-ab itself."""
+    root, record = tmp_path / "repo", tmp_path / "record.txt"
+    root.mkdir()
+    recording = RECORDING.replace("os.getpid()} {shape", "os.getpid()} {os.getppid()} {shape")
+    _two_commits(root, {"test_rec.py": (recording, recording), "conftest.py": (NO_FORK, NO_FORK),
+                        "shape.py": (SHAPE.format(version="base"), SHAPE.format(version="head"))})
+    monkeypatch.setenv("MAXCODE_TEST_RECORD", str(record))
+    ab.measure(root, {"base": "base", "head": "head"}, ARGS, runs=3)
+    runs = [line.split()[1:] for line in record.read_text().splitlines()]
+    assert [version for _, _, version, _ in runs] == ["base", "head", "head", "base", "base", "head"], runs
+    parents = {version: [int(ppid) for _, ppid, v, _ in runs if v == version] for version in ("base", "head")}
+    for version, (first, *later) in parents.items():
+        assert first != os.getpid() and later == [os.getpid()] * 2, (version, runs)  # the server's, then bench-ab's own
+
+
 def _processes_in(folder: Path) -> list[str]:
     """Command lines of the processes working in ``folder`` (or below it)."""
     found = []
@@ -340,6 +368,6 @@ def test_a_run_that_hangs_ends_in_one_line_and_leaves_no_process(tmp_path: Path)
         ab.measure(root, {"base": "base", "head": "head"}, ARGS, runs=2, timeout_s=3, fork_server=True)
     assert not _processes_in(root), "a server or a run outlived bench-ab"
     with pytest.raises(MaxcodeError, match=r"^bench-ab: the base's benchmarks did not finish within 3 s$"):
-        ab.measure(root, {"base": "base", "head": "head"}, ARGS, runs=2, timeout_s=3)  # a new interpreter per run
+        ab.measure(root, {"base": "base", "head": "head"}, ARGS, runs=2, timeout_s=3, fork_server=False)  # a new interpreter per run
     assert not _processes_in(root), "a run outlived bench-ab"
     assert not [ln for ln in git.Repo(root).git.worktree("list").splitlines()[1:]]

@@ -97,6 +97,7 @@ def test_a_profiles_table_replaces_the_bases_whole(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("table", "message"), [
     ('[tool.maxcode.prices]\nm = {input = "x", output = 1}\n', "{pyproject}: prices for 'm': input = 'x' is not a number"),
     ('[tool.maxcode.regressions]\nruns = 1\n', "{pyproject}: [tool.maxcode.regressions] runs must be a whole number of at least 2, not 1"),
+    ('[tool.maxcode.regressions]\nfork_server = "no"\n', "{pyproject}: [tool.maxcode.regressions] fork_server must be true or false, not 'no'"),
     ('[tool.maxcode.qd]\nstages = [{steps = 0}]\n', "[tool.maxcode.qd] stages: stage 1 steps must be a positive integer, not 0"),
     ('[tool.maxcode.qd]\ntargets = {"a*" = {steps = 1}}\n', "[tool.maxcode.qd.targets.'a*'] needs stages = [...]"),
     ('[tool.maxcode.programs.p]\nsource = "src/sums.cpp"\ntestcases = "nowhere"\n', "[tool.maxcode.programs.p]: testcases nowhere: no such folder"),

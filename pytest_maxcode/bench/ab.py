@@ -45,6 +45,7 @@ from ..bot.compare import (
 )
 from ..errors import MaxcodeError
 from ..tables import DEFAULT_RUNS
+from .history import Processes
 
 #: runs per side unless asked (see :data:`tables.DEFAULT_RUNS`)
 RUNS = DEFAULT_RUNS
@@ -125,8 +126,10 @@ def measure(repo_root: Path, refs: Mapping[str, str], pytest_args: Sequence[str]
     return samples
 
 
-def processes(timer: str, fork_server: bool) -> str:
-    """The kind of process a run is, as a history records it: counted runs always start afresh."""
+def processes(timer: str, fork_server: bool) -> Processes:
+    """The kind of process asked for, as a history records it: counted runs always start afresh,
+    and a side whose collection initialises torch's CUDA runs new interpreters either way, so
+    the same project and options always give the same label."""
     return "forked" if fork_server and timer == "time" else "fresh"
 
 
@@ -213,7 +216,7 @@ class _Runs:
     Counted runs start afresh under valgrind, as counting needs."""
 
     def __init__(self, python: str, tree: Path, project: str, pytest_args: Sequence[str], side: str,
-                 counting: _Counting | None, seed: str, *, fork_server: bool = False) -> None:
+                 counting: _Counting | None, seed: str, *, fork_server: bool = True) -> None:
         """Eight parameters because they are the side's part of :func:`measure`'s options."""
         self.cwd, self.side, self.counting = tree / project, side, counting
         if not self.cwd.is_dir():
@@ -226,6 +229,7 @@ class _Runs:
         front = [str(self.cwd / "src")] if (self.cwd / "src").is_dir() else []
         self.env["PYTHONPATH"] = os.pathsep.join([*front, str(self.cwd), *filter(None, [self.env.get("PYTHONPATH")])])
         self.server: subprocess.Popen[bytes] | None = None
+        self.forked = True  # until the server says it could not fork
         if fork_server:
             self.server_log = tree.parent / f"{side}-server.log"
             with open(self.server_log, "wb") as log:
@@ -252,6 +256,12 @@ class _Runs:
             argv.insert(len(self.pytest_args), f"--benchmark-max-time={share:.3g}")
         log = out.with_suffix(".log")
         rc = self._served(argv, log, timeout_s) if self.server else self._fresh(argv, out, log, timeout_s)
+        if self.server and not self.forked:
+            # it ran that one as a new interpreter (collecting initialised torch's CUDA, which a forked
+            # child cannot use): the rest start afresh from here, and the server, which holds that
+            # CUDA context and its memory, goes now rather than beside the side's GPU benchmarks
+            self.close()
+            self.server = None
         if rc == 5:  # pytest collected no benchmark here
             out.write_text('{"benchmarks": []}')
         if rc not in (0, 5) or not out.exists():
@@ -272,7 +282,9 @@ class _Runs:
         answer = server.stdout.readline()
         if not answer:
             raise MaxcodeError(f"bench-ab: pytest stopped on the {self.side} before running: {_last_line(self.server_log)[:200]}")
-        return int(json.loads(answer)["rc"])
+        reply = json.loads(answer)
+        self.forked = bool(reply.get("forked", True))
+        return int(reply["rc"])
 
     def _fresh(self, argv: list[str], out: Path, log: Path, timeout_s: float) -> int:
         command = [self.python, "-m", "pytest", *argv]

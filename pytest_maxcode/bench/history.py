@@ -16,7 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+#: how the runs of a record were started (see ``bench.ab.processes``)
+Processes = Literal["forked", "fresh"]
 
 from .._files import write_atomic
 from ..errors import MaxcodeError
@@ -35,9 +38,9 @@ class Record:
     args: tuple[str, ...]  # the pytest arguments
     samples: Mapping[str, Sequence[float]]  # benchmark -> one figure per process
     when: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    processes: str = "forked"  # "forked" from a server per side, or "fresh" interpreters (see bench.ab)
+    processes: Processes = field(kw_only=True)
 
-    def measured_as(self, timer: str, args: Sequence[str], processes: str) -> bool:
+    def measured_as(self, timer: str, args: Sequence[str], processes: Processes) -> bool:
         return (self.timer, self.args, self.processes) == (timer, tuple(args), processes)
 
     def medians(self) -> dict[str, float]:
@@ -51,9 +54,11 @@ class Record:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Record:
         samples = {str(k): [float(x) for x in v] for k, v in dict(d["samples"]).items()}
-        # records written before the kind of process was kept came from new interpreters, the default then
+        # records written before the kind was kept: new interpreters were the default then (and one
+        # who asked for forked runs gets the base measured again, once, where a baseline is looked up)
+        processes: Processes = "forked" if d.get("processes") == "forked" else "fresh"
         return cls(str(d["commit"]), str(d["ref"]), str(d["timer"]), tuple(str(a) for a in d.get("args", ())), samples,
-                   str(d.get("when", "")), str(d.get("processes", "fresh")))
+                   str(d.get("when", "")), processes=processes)
 
 
 @dataclass
@@ -76,7 +81,7 @@ class History:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise MaxcodeError(f"{path}: not a benchmark history (a 'records' list); delete it to start a new one") from None
 
-    def find(self, commit: str, timer: str, args: Sequence[str], *, processes: str) -> Record | None:
+    def find(self, commit: str, timer: str, args: Sequence[str], *, processes: Processes) -> Record | None:
         """The newest record of this commit measured the same way."""
         for r in reversed(self.records):
             if r.commit == commit and r.measured_as(timer, args, processes):
@@ -94,7 +99,7 @@ class History:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps({"records": [r.to_json() for r in self.records]}, indent=1) + "\n")
 
-    def trend(self, name: str, ref: str, timer: str, args: Sequence[str], *, processes: str, n: int = TREND) -> list[float]:
+    def trend(self, name: str, ref: str, timer: str, args: Sequence[str], *, processes: Processes, n: int = TREND) -> list[float]:
         """The benchmark's medians over the newest ``n`` records of ``ref`` measured this way, oldest first."""
         out = [statistics.median(r.samples[name]) for r in self.records
                if r.ref == ref and r.measured_as(timer, args, processes) and r.samples.get(name)]
