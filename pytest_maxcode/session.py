@@ -41,6 +41,7 @@ from .model.report import (
     parse_report,
     parse_target,
 )
+from .model.jsontypes import json_number
 from .model.search import Node, NodeRow
 from .model.verdict import Verdict
 from .native.build import cuda_arch
@@ -666,17 +667,12 @@ def _with_best(entry: TargetResult, result: SearchResult, best: Node, root: Path
         entry.reason = f"the best correct candidate is not faster: {v.reasons[0] if v.reasons else ''}"
 
 
-def _number(x: object) -> float | None:
-    """A number read from a verdict's diagnostics (JSON: a bool is not one), or None."""
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
 def _measurement(v: Verdict) -> Measurement:
     """The best verdict's blocks and the machine's noise meanwhile, for every rendering of the report."""
     d = v.diagnostics
     blocks = [float(b["speedup"]) for b in d.get("blocks") or []
               if isinstance(b, dict) and b.get("speedup") is not None and b.get("used", True)]
-    overhead = _number(d.get("call_overhead_us"))
+    overhead = json_number(d.get("call_overhead_us"))
     # the timed call includes the call path: the kernel's own time is what is left of it
     call_us = v.candidate_s * 1e6 if v.candidate_s else None
     kernel_us = round(call_us - overhead, 3) if call_us and overhead is not None and call_us > overhead else None

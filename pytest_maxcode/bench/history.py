@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-#: how the runs of a record were started (see ``bench.ab.processes``)
-Processes = Literal["forked", "fresh"]
-
 from .._files import write_atomic
 from ..errors import MaxcodeError
+
+#: how the runs of a record were started (see ``bench.ab.processes``)
+Processes = Literal["forked", "fresh"]
 
 #: records kept per file: months of weekly pushes, a few hundred kilobytes at most
 KEEP = 60

@@ -12,3 +12,8 @@ from typing import TypeAlias, Union
 
 #: any value ``json.loads`` returns (and ``json.dumps`` takes)
 JSON: TypeAlias = Union[None, bool, int, float, str, "list[JSON]", "dict[str, JSON]"]
+
+
+def json_number(x: object) -> float | None:
+    """A number read from JSON (a bool is not one), or None."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None

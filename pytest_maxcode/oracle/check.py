@@ -28,6 +28,7 @@ import torch
 
 from ..errors import NO_CUDA_DEVICE, MaxcodeError
 from ..model.candidate import CandidateSpec
+from ..model.jsontypes import json_number
 from ..model.protocols import EvaluationStore
 from ..model.report import PACKS
 from ..model.verdict import UNDECIDED_WIDTH, Verdict, VerdictStatus, undecided
@@ -1271,11 +1272,9 @@ def loaded_note(load: float, run_spread: float, pressure: float | None = None) -
 def noise_note(noise: dict[str, Any]) -> str | None:
     """What a verdict and its report say about the run-to-run spread its interval allows for
     (``diagnostics.noise``): a loaded machine's, or this machine's learned drift; None for the default."""
-    pressure = noise.get("pressure")
     # verdicts before rule 9 have no "loaded": only a loaded machine's had a run spread then
     if noise.get("loaded", bool(noise.get("run_spread"))):
-        return loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]),
-                           float(pressure) if isinstance(pressure, (int, float)) and not isinstance(pressure, bool) else None)
+        return loaded_note(float(noise.get("busy", 0.0)), float(noise["run_spread"]), json_number(noise.get("pressure")))
     if noise.get("run_spread_learned"):
         return drift.note(float(noise["run_spread"]))
     return None
