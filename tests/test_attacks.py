@@ -70,6 +70,9 @@ BATCH = [
     "c14_clock_patch.cpp",
     "c15_skip_calls.cpp",
     "c16_privileges.cpp",
+    "c17_prearm.cpp",
+    "c18_gil_hold.cpp",
+    "c19_self_disturb.cpp",
     "c10_persistent_forgery.py",  # after the others, so the store holds rows of this run to forge
     "honest_fast.cpp",  # the positive control: a real speedup is still seen after every attacker
     "honest.cpp",
@@ -99,6 +102,9 @@ NOT_FASTER: dict[str, str] = {
     "c14_clock_patch.cpp": "the clock is on the trusted side (libc's clock_gettime patched in the candidate's process)",
     "c15_skip_calls.cpp": "every timed output checked (a call in ten skipped)",
     "c16_privileges.cpp": "no capability in the sandbox, and the worker cannot be traced",
+    "c17_prearm.cpp": "the candidate arms before its inputs exist, and is frozen while they are written",
+    "c18_gil_hold.cpp": "the candidate arms before its inputs exist, and is frozen while they are written",
+    "c19_self_disturb.cpp": "rounds a candidate disturbs itself are counted",
 }
 
 
@@ -326,6 +332,13 @@ def test_the_oracle_still_sees_a_real_speedup(scene: Scene) -> None:
 def test_no_attacker_is_called_correct_and_faster(scene: Scene, name: str) -> None:
     v = scene.by_name(name)
     assert v["status"] != "faster", (f"held by: {NOT_FASTER[name]}", v["status"], v["reasons"])
+
+
+def test_rounds_a_candidate_disturbs_itself_are_counted(scene: Scene) -> None:
+    # c19 keeps its own server waiting on the rounds of its slow path, which were set aside
+    v = scene.by_name("c19_self_disturb.cpp")
+    notes = " ".join(v["diagnostics"].get("timing_notes", []))
+    assert "its own threads held its core, so every round counts" in notes, (v["status"], v["reasons"], notes)
 
 
 def test_a_call_skipped_one_time_in_ten_is_seen(scene: Scene) -> None:

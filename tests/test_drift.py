@@ -73,7 +73,8 @@ def test_a_learned_drift_only_ever_widens_and_the_largest_recent_one_holds(machi
 
 def test_the_interval_allows_for_the_learned_drift() -> None:
     def blocks() -> list[Verdict]:
-        return [Verdict("k.cpp", "faster", speedup=s, speedup_ci=[s * 0.95, s * 1.05], reasons=[f"{s}x clears 1.05"]) for s in (1.9, 2.0, 2.1)]
+        return [Verdict("k.cpp", "faster", speedup=s, speedup_ci=[s * 0.95, s * 1.05], reasons=[f"{s}x clears 1.05"],
+                        diagnostics={"workloads": {"default": {"rounds": 32}}}) for s in (1.9, 2.0, 2.1)]
 
     default = combined_blocks(blocks(), 1.05, device="cpu")
     wider = combined_blocks(blocks(), 1.05, device="cpu", learned_spread=0.3)

@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 
-from pytest_maxcode.oracle import stats
+from pytest_maxcode.oracle import stats, timing
 from pytest_maxcode.oracle.check import busy, combined_blocks
 from pytest_maxcode.oracle.verdict import Verdict
 
@@ -209,9 +209,10 @@ def test_a_quiet_campaign_holds_each_run_in_every_other_runs_interval(
     assert min(sum(o.low <= r.point <= o.high for o in before if o is not r) for r in before) < 9
 
 
-def _block(speedup: float, busy: float = 0.0, pressure: float | None = None) -> Verdict:
+def _block(speedup: float, busy: float = 0.0, pressure: float | None = None, rounds: int = 32) -> Verdict:
     v = Verdict("k.cpp", "faster", speedup=speedup, speedup_ci=[speedup * 0.95, speedup * 1.05])
     v.diagnostics["busy"] = busy
+    v.diagnostics["workloads"] = {"default": {"rounds": rounds}, "other": {"rounds": rounds + 5}}
     if pressure is not None:
         v.diagnostics["pressure"] = pressure
     v.reasons = [f"{speedup}x clears 1.05"]
@@ -306,3 +307,26 @@ def test_quiet_gpu_runs_allow_for_the_gpus_drift_not_the_cpus() -> None:
         assert cpu.diagnostics["noise"]["run_spread"] == stats.QUIET_RUN_SPREAD
         assert all(gpu.speedup_ci[0] < x < gpu.speedup_ci[1] for x in (1.094, 1.102, 1.105))
         assert gpu.speedup_ci[1] / gpu.speedup_ci[0] < 0.9 * cpu.speedup_ci[1] / cpu.speedup_ci[0]
+
+
+def test_blocks_too_short_for_thirty_rounds_together_are_not_faster() -> None:
+    # red team: a kernel whose rounds are long fitted 15 to 17 rounds in each block; each block
+    # was undecided (a faster verdict needs 30), yet the three combined were "faster"
+    short = combined_blocks([_block(3.0, rounds=9), _block(3.1, rounds=9), _block(2.9, rounds=9)], 1.05, device="cpu")
+    assert short.status == "not_faster" and short.diagnostics["undecided"]
+    assert "over 27 rounds in 3 blocks only (a faster verdict needs 30)" in short.reasons[0]
+    # the fewest rounds of any workload count: a long-rounds GPU block of 12 makes 36 in three
+    enough = combined_blocks([_block(3.0, rounds=12), _block(3.1, rounds=12), _block(2.9, rounds=12)], 1.05, device="cpu")
+    assert enough.status == "faster"
+
+
+@pytest.mark.parametrize(("cand", "ref", "share", "own"), [
+    (70, 0, 0.2, True),    # the red team's self-disturbing kernel: 70 rounds alone, 0 for the reference
+    (10, 1, 0.2, True),
+    (3, 0, 0.2, False),    # too few to tell from chance
+    (12, 8, 0.5, False),   # a loaded machine strikes both sides alike
+    (30, 6, 0.85, False),  # a slow candidate is timed longer and struck more often
+    (0, 9, 0.5, False),
+])
+def test_a_candidate_that_disturbs_its_own_rounds_is_told_from_load(cand: int, ref: int, share: float, own: bool) -> None:
+    assert timing.own_disturbance(cand, ref, share) is own

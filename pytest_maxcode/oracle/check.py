@@ -1214,7 +1214,13 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     loaded = f"; {note}" if (note := noise_note(last.diagnostics["noise"])) else ""
     points = ", ".join(f"{b.speedup:.3g}x" for b in used)
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
-    if last.status == VerdictStatus.FASTER and spread > DISAGREE and sp.low < 1.5 * min_speedup:
+    rounds = sum(_rounds(b) for b in used)
+    if last.status == VerdictStatus.FASTER and rounds < timing.FASTER_ROUNDS:
+        last.status = VerdictStatus.NOT_FASTER
+        last.diagnostics["undecided"] = True
+        last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but over {rounds} rounds in "
+                        f"{len(used)} blocks only (a faster verdict needs {timing.FASTER_ROUNDS}){loaded}"]
+    elif last.status == VerdictStatus.FASTER and spread > DISAGREE and sp.low < 1.5 * min_speedup:
         # blocks far apart whose interval reaches down near the bar: which one is the kernel?
         # (far above it, every block clears the bar and the wide interval says the rest)
         last.status = VerdictStatus.NOT_FASTER
@@ -1224,6 +1230,12 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     else:
         last.reasons = [f"{last.reasons[0]}, over {len(used)} blocks in fresh processes ({points}){_set_aside(blocks, used)}{loaded}"]
     return last
+
+
+def _rounds(v: Verdict) -> int:
+    """A block's timed rounds: those of its workload with the fewest."""
+    workloads = v.diagnostics.get("workloads") or {}
+    return min((int(d.get("rounds", 0)) for d in workloads.values() if isinstance(d, dict)), default=0)
 
 
 def _set_aside(blocks: list[Verdict], used: list[Verdict]) -> str:
@@ -1240,6 +1252,8 @@ def _busy_share(t: timing.WorkloadTiming) -> float:
     so few undisturbed ones that the disturbed had to be counted too."""
     if t.disturbed and t.counted == timing.Disturbed.TOO_BUSY:
         return 1.0
+    if t.counted == timing.Disturbed.OWN:
+        return 0.0  # the candidate's own doing: no sign of other work, and no reason to retake the block
     return t.disturbed / max(1, len(t.reference_ns) + (t.disturbed if t.counted == timing.Disturbed.SET_ASIDE else 0))
 
 

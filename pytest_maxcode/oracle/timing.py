@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.reduction import send_handle
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -55,6 +55,15 @@ SPIN_FACTOR = 4.0
 #: longer than this (ns), or than DISTURBED_SHARE of the sample: other work had the core
 DISTURBED_NS = 20_000
 DISTURBED_SHARE = 0.02
+#: what a thawed server may wait for its core besides DISTURBED_NS (ns): the wake-up of an
+#: idle core (about 30 µs on the 2-core VM, 150 µs at the 90th percentile beside other work)
+THAW_NS = 80_000
+
+
+class Freeze(Protocol):
+    """Stops (``True``) or resumes the candidate's sandbox; ``wait=False``: without reading back."""
+
+    def __call__(self, frozen: bool, *, wait: bool = True) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,9 @@ class Disturbed(PlainStrEnum):
     LONG_ROUNDS = "long_rounds"
     #: counted: other work had the CPU so often that too few undisturbed rounds came
     TOO_BUSY = "too_busy"
+    #: counted: the candidate's server was kept waiting far more often than the reference's,
+    #: for the time each was timed: by its own threads, not by other work
+    OWN = "own"
 
 
 @dataclass
@@ -285,15 +297,28 @@ class _Side:
         host = self.job.zygote.host_pid(self.job.pid)
         self.delay = RunDelay([host] if host else [])
 
-    def ring(self, n: int, part: str, spin_s: float, probe: torch.Tensor) -> tuple[int, torch.Tensor | list[int]]:
-        """Arm, ring, wait for the token, read the outputs at ``probe``: ns from ring to read,
-        and what was read."""
-        with _side(self.name):
-            return self._ring(n, part, spin_s, probe)
+    def timed(self, n: int, part: str, spin_s: float, probe: torch.Tensor, stage: Callable[[], None],
+              freeze: Freeze | None = None) -> tuple[int, torch.Tensor | list[int]]:
+        """Write the inputs (``stage``), arm, ring, wait for the token, read the outputs at
+        ``probe``: ns from ring to read, and what was read.
 
-    def _ring(self, n: int, part: str, spin_s: float, probe: torch.Tensor) -> tuple[int, torch.Tensor | list[int]]:
-        region = self.region
-        ctl, base = region.ctl, region.base
+        With ``freeze`` (the candidate's side) the server is armed before its inputs exist,
+        frozen while they are written, and thawed right before the clock starts: a server
+        that armed after its inputs were written could compute them for as long as it liked
+        before it armed, untimed. Its wake-up from the freeze is inside its interval, and
+        against it."""
+        with _side(self.name):
+            if freeze is None:
+                stage()
+                self._arm(n)
+            else:
+                self._arm(n)
+                freeze(True)
+                stage()
+            return self._ring(n, part, spin_s, probe, freeze)
+
+    def _arm(self, n: int) -> None:
+        ctl = self.region.ctl
         ctl[shm.DOORBELL] = 0
         ctl[shm.DONE] = 0
         ctl[shm.FAILED] = 0
@@ -302,6 +327,11 @@ class _Side:
         rnd = self.round
         self.job.send("round", n=n, rid=rnd)
         self._wait(shm.ARMED, lambda: ctl[shm.ARMED] == rnd, spin_s=shm.SPIN_S)
+
+    def _ring(self, n: int, part: str, spin_s: float, probe: torch.Tensor,
+              freeze: Freeze | None) -> tuple[int, torch.Tensor | list[int]]:
+        region = self.region
+        ctl, base = region.ctl, region.base
         token = secrets.randbits(63) | 1
         words = _words(region.span(part, n))
         small = view = None
@@ -310,6 +340,8 @@ class _Side:
             first = region.layout["bounds"][part][0] // 8
             small = [first + i for i in probe.tolist()]
         d0 = self.delay()
+        if freeze is not None:
+            freeze(False, wait=False)  # the kernel thaws it within the write: no time to read back
         t0 = _NOW()
         ctl[shm.DOORBELL] = token
         shm.notify(ctl, base, shm.DOORBELL)
@@ -321,10 +353,13 @@ class _Side:
         seen = [view[i] for i in small] if small is not None else words[probe] if words.numel() else words
         t1 = _NOW()
         waited = self.delay() - d0
-        self.disturbed = waited > max(DISTURBED_NS, DISTURBED_SHARE * (t1 - t0))
+        # a thawed server first waits for its core to wake (tens of µs on a VM): that is not
+        # other work taking the core
+        allowed = DISTURBED_NS + (THAW_NS if freeze is not None else 0)
+        self.disturbed = waited > max(allowed, DISTURBED_SHARE * (t1 - t0))
         if ctl[shm.FAILED]:
             self._failed()
-        self._wait(shm.READY, lambda: ctl[shm.READY] == rnd, spin_s=shm.SPIN_S)
+        self._wait(shm.READY, lambda: ctl[shm.READY] == self.round, spin_s=shm.SPIN_S)
         return t1 - t0, seen
 
     def _wait(self, word: int, ready: Callable[[], bool], spin_s: float) -> None:
@@ -372,7 +407,7 @@ def _slot_bytes(meta: Sequence[Any]) -> int:
     return n
 
 
-def time_workload(w: TimedWorkload, ref_job: Job, cand_job: Job, freeze: Callable[[bool], None], cfg: TimingConfig,
+def time_workload(w: TimedWorkload, ref_job: Job, cand_job: Job, freeze: Freeze, cfg: TimingConfig,
                   deadline: Callable[[], float]) -> WorkloadTiming:
     """Interleaved timing of one workload; raises TimingRejected for a result that must not count.
     ``freeze`` stops and resumes the candidate's sandbox."""
@@ -428,7 +463,7 @@ def time_workload(w: TimedWorkload, ref_job: Job, cand_job: Job, freeze: Callabl
 
 
 class _Rounds:
-    def __init__(self, w: TimedWorkload, ref: _Side, cand: _Side, freeze: Callable[[bool], None], cfg: TimingConfig) -> None:
+    def __init__(self, w: TimedWorkload, ref: _Side, cand: _Side, freeze: Freeze, cfg: TimingConfig) -> None:
         self.name, self.ref, self.cand, self.freeze, self.cfg = w.name, ref, cand, freeze, cfg
         self.pool_size, self.fresh = w.pool_size, w.fresh
         self.part = "in" if cfg.inplace else "out"
@@ -462,6 +497,7 @@ class _Rounds:
             side.watch()
         samples: dict[str, list[int]] = {"ref": [], "cand": []}
         set_aside: dict[str, list[int]] = {"ref": [], "cand": []}
+        alone = {"ref": 0, "cand": 0}  # rounds in which only that side was disturbed
         start = time.monotonic()
         budget_end = start + cfg.time_budget
         r = 0
@@ -479,6 +515,8 @@ class _Rounds:
                 break  # too busy to get the rounds undisturbed: the disturbed ones fill in below
             a, b = self.round(k, first_ref=(r + len(set_aside["ref"])) % 2 == 0, next_n=k)
             kept = set_aside if self.ref.disturbed or self.cand.disturbed else samples
+            if self.ref.disturbed != self.cand.disturbed:
+                alone["ref" if self.ref.disturbed else "cand"] += 1
             kept["ref"].append(a)
             kept["cand"].append(b)
             r += kept is samples
@@ -486,6 +524,12 @@ class _Rounds:
         notes = [] if self.all_fresh else ["timed on the pooled input sets: the reference's input generator did not fit"]
         disturbed = len(set_aside["ref"])
         round_notes, counted = rounds_notes(r, disturbed, cfg.min_rounds)
+        share = sum(samples["cand"] + set_aside["cand"]) / max(1, sum(samples["cand"] + set_aside["cand"] + samples["ref"] + set_aside["ref"]))
+        if own_disturbance(alone["cand"], alone["ref"], share):
+            round_notes = [f"the candidate's server was kept waiting alone in {alone['cand']} rounds, the reference's in "
+                           f"{alone['ref']}, for {share:.0%} of the time timed: its own threads held its core, so every "
+                           f"round counts"]
+            counted = Disturbed.OWN
         notes += round_notes
         if counted != Disturbed.SET_ASIDE:
             samples = {k2: samples[k2] + set_aside[k2] for k2 in samples}
@@ -527,21 +571,24 @@ class _Rounds:
             # call, so neither finds its data warmer in the cache than the other (the
             # candidate is frozen meanwhile: it cannot start on its inputs early)
             side = cand if who == "cand" else ref
-            with self.cfg.cores.staging():
-                side.region.span("in", n).copy_(staged)
-                side.region.span("out", n).fill_(0xFF)
             if self.cfg.device == "cuda":
                 with _side("reference"):
                     ref.job.send("flush")
                     ref.job.expect("flushed")
+
+            def stage(side: _Side = side) -> None:
+                with self.cfg.cores.staging():
+                    side.region.span("in", n).copy_(staged)
+                    side.region.span("out", n).fill_(0xFF)
+
             if who == "cand":
                 self.freeze(False)
                 try:
-                    times[who], seen = cand.ring(n, self.part, self.spin_s, probe)
+                    times[who], seen = cand.timed(n, self.part, self.spin_s, probe, stage, self.freeze)
                 finally:
                     self.freeze(True)
             else:
-                times[who], _ = ref.ring(n, self.part, self.spin_s, probe)
+                times[who], _ = ref.timed(n, self.part, self.spin_s, probe, stage)
         # the reference's worker writes the next inputs while this round is checked (the
         # candidate stays frozen until its next round, and the reference is not being timed)
         self._request(next_n)
@@ -594,6 +641,23 @@ def call_overhead_us(in_meta: list, out_meta: list, device: str) -> float | None
 def _words(span: torch.Tensor) -> torch.Tensor:
     """A slot span as 8-byte words (spans are 64-byte aligned and sized)."""
     return span.view(torch.int64) if span.numel() % 8 == 0 else span[: span.numel() - span.numel() % 8].view(torch.int64)
+
+
+#: how unlikely (one-sided) the candidate's share of the one-sided disturbances must be, were
+#: disturbances spread over the sides by the time each was timed, for them to count as its own
+OWN_P = 1e-3
+
+
+def own_disturbance(cand_alone: int, ref_alone: int, cand_share: float) -> bool:
+    """Whether the candidate caused its own disturbed rounds: other work strikes either side in
+    proportion to the time it is timed, while a candidate can keep its own server waiting on
+    the rounds it chooses (a thread of its own on the same core) and so have its slow rounds
+    set aside. True when its count of rounds disturbed alone is beyond chance (:data:`OWN_P`)."""
+    n = cand_alone + ref_alone
+    if not cand_alone or not 0.0 < cand_share < 1.0:
+        return False
+    tail = sum(math.comb(n, k) * cand_share ** k * (1 - cand_share) ** (n - k) for k in range(cand_alone, n + 1))
+    return tail < OWN_P
 
 
 def rounds_notes(kept: int, disturbed: int, min_rounds: int) -> tuple[list[str], Disturbed]:

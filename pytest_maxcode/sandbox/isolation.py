@@ -374,11 +374,12 @@ class Cgroups:
     def freezable(self) -> bool:
         return "freezer" in self.folders
 
-    def freeze(self, frozen: bool = True, timeout: float = 5.0) -> bool:
+    def freeze(self, frozen: bool = True, timeout: float = 5.0, wait: bool = True) -> bool:
         """Stop (or resume) every process inside at once; True when the kernel confirms it.
 
         A frozen process cannot run, whatever threads or children it made, so nothing of a
-        candidate runs while the reference is timed or its outputs are read.
+        candidate runs while the reference is timed or its outputs are read. ``wait=False``
+        returns once the state is written (a thaw is done within the write, on v1 and v2).
         """
         folder = self.folders.get("freezer")
         if folder is None:
@@ -391,6 +392,8 @@ class Cgroups:
                 (folder / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
         except OSError:
             return False
+        if not wait:
+            return True
         want = ("frozen 1" if frozen else "frozen 0") if v2 else ("FROZEN" if frozen else "THAWED")
         end = time.monotonic() + timeout
         while True:

@@ -37,6 +37,10 @@ SETTLE_CHECKS = 256
 ALIGN = 64
 #: seconds a waiter polls a control word before it sleeps on it
 SPIN_S = 0.002
+#: an armed server spins this long for its doorbell: a candidate's is frozen (using no CPU)
+#: while its inputs are written after it armed, and a futex wake-up after the thaw would fall
+#: inside its interval
+DOORBELL_SPIN_S = 0.02
 
 
 def _nbytes(shape, stride, itemsize: int) -> int:
@@ -224,7 +228,7 @@ def serve_round(region: Region, round_id: int, run, limit_s: float = 60.0) -> bo
     ctl, base = region.ctl, region.base
     ctl[ARMED] = round_id
     notify(ctl, base, ARMED)
-    if not wait(ctl, base, DOORBELL, lambda: ctl[DOORBELL] != 0, spin_s=SPIN_S, timeout_s=limit_s):
+    if not wait(ctl, base, DOORBELL, lambda: ctl[DOORBELL] != 0, spin_s=DOORBELL_SPIN_S, timeout_s=limit_s):
         return False
     token = ctl[DOORBELL]
     try:
