@@ -15,6 +15,7 @@ from typing import Any
 
 from ._files import write_atomic
 from .errors import MaxcodeError
+from .model.candidate import is_source_of
 from .model.report import ReferenceInfo, Report, TargetResult, TargetStatus, parse_report, parse_target, row_of
 from .targets.accept import accept
 from .targets.lock import KERNELS_DIR, LOCK_NAME, LockEntry, sha256_text
@@ -91,6 +92,23 @@ def _reference(t: TargetResult) -> ReferenceInfo:
     return t.reference
 
 
+def verified_source(t: TargetResult, root: Path) -> str:
+    """The text of the kernel the report's numbers belong to, read from under ``root``: never a
+    file that changed after the run verified it (the report names it by hash)."""
+    best = t.best
+    if best is None:
+        raise MaxcodeError(f"{t.id}: the report has no kernel for it")
+    path = root / best.source_path
+    try:
+        text = path.read_text()
+    except OSError:
+        raise MaxcodeError(f"{t.id}: the report's kernel {path} is gone; run pytest --maxcode again") from None
+    if best.hash and not is_source_of(text, best.lang, best.hash):
+        raise MaxcodeError(f"{t.id}: {path} is not the kernel the run verified (it changed since: its hash is not the "
+                           f"report's {best.hash[:16]}); run pytest --maxcode again")
+    return text
+
+
 def apply_target(t: TargetResult | Mapping[str, Any], root: Path, source_root: Path | None = None) -> Applied:
     """Write one verified target's kernel and lock entry under ``root``; the kernel source is
     read from ``source_root`` (where the run wrote its report; default ``root``), so the bot can
@@ -103,7 +121,7 @@ def apply_target(t: TargetResult | Mapping[str, Any], root: Path, source_root: P
     best, ref = t.best, _reference(t)
     if best is None or t.speedup is None or t.speedup_ci is None:
         raise MaxcodeError(f"{t.id}: the report quotes no measured kernel for it; run pytest --maxcode again")
-    kernel_source = ((source_root or root) / best.source_path).read_text()
+    kernel_source = verified_source(t, source_root or root)
     if is_program(t):
         return Applied(t.id, _rewrite_program(root / ref.file, ref.file, ref.hash, kernel_source))
     entry = accept(

@@ -501,7 +501,7 @@ class MaxcodeSession:
             reason = f"the program's test cases did not pass on a fresh build: {summary}"
         elif program.tests:
             self._say(f"{program.id}: re-running {' '.join(program.tests)} with the rewrite in a copy of the project")
-            run = run_tests_with_file(self.root, program.source, text, list(program.tests), program.id)
+            run = run_tests_with_file(self.root, program.source, text, list(program.tests), program.id, self.settings.sandbox)
             passed = run.passed
             tests = RerunResult(rerun=tests.rerun + list(program.tests), passed=passed, pytest=list(program.tests),
                              summary=f"{summary}; {' '.join(program.tests)}: {run.summary}")
@@ -529,7 +529,7 @@ class MaxcodeSession:
         checked = verify(
             self.root, cap.handle.id, cap.callers, cap.benchmark_callers, self.root / best.source_path,
             best.lang, entry.device_or_default(), entry.outputs or {}, entry.returns, entry.pack,
-            {"module_state": entry.module_state, "eval_only": entry.eval_only},
+            {"module_state": entry.module_state, "eval_only": entry.eval_only}, sandbox=self.settings.sandbox,
         )
         tests = checked["tests"]
         entry.tests = RerunResult(rerun=list(tests["rerun"]), passed=tests["passed"], summary=tests["summary"],

@@ -5,12 +5,19 @@ medians with a bootstrap interval over runs and rounds.
 
 A re-run that never reached the kernel proves nothing, so the subprocess reports how
 many calls the kernel served (``MAXCODE_TRACE``); zero is a failed verification.
+
+Those processes load the candidate: they run in the run's sandbox like the oracle's workers
+(DESIGN.md section 5.0), the project read-only, no network, only their own folder writable,
+so a kernel cannot change the project, the report or the kernel file that apply and the bot
+publish after it was verified.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -22,6 +29,7 @@ from typing import Any
 
 from .oracle.stats import runs_speedup
 from .sandbox.env import scrubbed_env
+from .sandbox.isolation import Limits, prepare, resolve
 
 RERUN_TIMEOUT = 1800
 #: reference and candidate runs of the user's benchmarks, alternating: one pair of runs can
@@ -30,6 +38,9 @@ BENCHMARK_PAIRS = 3
 #: what a copy of the project leaves out: history, maxcode's run data, caches, environments
 #: (the lock and accepted kernels stay: the copy's tests run as the checkout's would)
 COPY_IGNORE = (".git", ".maxcode", "__pycache__", ".pytest_cache", ".venv", "venv", ".tox", "node_modules")
+#: what a re-run of the user's tests may use: their own memory needs are unknown (the oracle
+#: already ran the kernel under its limits), but not an unbounded number of processes
+RERUN_LIMITS = Limits(memory=None, pids=4096)
 
 
 @dataclass
@@ -46,28 +57,42 @@ def _last_line(text: str) -> str:
     return lines[-1].strip("= ") if lines else ""
 
 
-def run_tests(root: Path, nodeids: list[str], env_extra: dict[str, str], target_id: str, benchmark: bool = False) -> TestRun:
-    """Run ``nodeids`` in a fresh pytest process, without --maxcode, with ``env_extra``."""
+def run_tests(root: Path, nodeids: list[str], env_extra: dict[str, str], target_id: str, benchmark: bool = False,
+              sandbox: str = "auto") -> TestRun:
+    """Run ``nodeids`` in a fresh pytest process, without --maxcode, with ``env_extra``, in
+    the ``sandbox`` (a kind of :mod:`sandbox.isolation`) with ``root`` read-only."""
     with tempfile.TemporaryDirectory(prefix="maxcode-verify-") as tmp:
-        trace = Path(tmp) / "trace.jsonl"
-        bench_json = Path(tmp) / "bench.json"
+        job = Path(tmp)
+        trace = job / "trace.jsonl"
+        bench_json = job / "bench.json"
         env = scrubbed_env()  # user tests run a candidate too: no secrets for them either
         env.update(env_extra)
-        env["MAXCODE_TRACE"] = str(trace)
+        env.update(MAXCODE_TRACE=str(trace), TMPDIR=str(job))
         args = [sys.executable, "-m", "pytest", *nodeids, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
         if benchmark:
             # both sides warmed up and given enough rounds: pytest-benchmark's defaults (no
             # warm-up, a handful of rounds for ms-scale calls) measure first-call effects
             args += ["--benchmark-only", f"--benchmark-json={bench_json}", "--benchmark-warmup=on", "--benchmark-min-rounds=20"]
+        cuda = sorted(Path("/dev").glob("nvidia*"))
+        # the sandbox starts in its own folder: the tests run from the project's, as pytest would
+        boxed = prepare(["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(root), *args], resolve(sandbox), job, RERUN_LIMITS,
+                        readable=[root], devices=cuda)
         try:
-            proc = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=RERUN_TIMEOUT, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return TestRun(False, f"the re-run did not finish within {RERUN_TIMEOUT} s")
+            proc = subprocess.Popen(boxed.argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    errors="replace", stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                stdout, stderr = proc.communicate(timeout=RERUN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # its root: the sandbox's PID namespace goes with it
+                proc.communicate()
+                return TestRun(False, f"the re-run did not finish within {RERUN_TIMEOUT} s")
+        finally:
+            boxed.cleanup()
         calls = 0
         if trace.exists():
             for line in trace.read_text().splitlines():
                 calls += int(json.loads(line).get(target_id, 0))
-        run = TestRun(proc.returncode == 0, _last_line(proc.stdout) or _last_line(proc.stderr), calls)
+        run = TestRun(proc.returncode == 0, _last_line(stdout) or _last_line(stderr), calls)
         if benchmark and bench_json.exists():
             for b in json.loads(bench_json.read_text()).get("benchmarks", []):
                 st = b["stats"]
@@ -79,7 +104,7 @@ def run_tests(root: Path, nodeids: list[str], env_extra: dict[str, str], target_
         return run
 
 
-def run_tests_with_file(root: Path, path: Path, text: str, nodeids: list[str], target_id: str) -> TestRun:
+def run_tests_with_file(root: Path, path: Path, text: str, nodeids: list[str], target_id: str, sandbox: str = "auto") -> TestRun:
     """``nodeids`` run in a copy of the project whose ``path`` holds ``text`` (a program's
     rewrite): the user's checkout is never rewritten, so an interrupted run leaves it as it was."""
     with tempfile.TemporaryDirectory(prefix="maxcode-copy-") as tmp:
@@ -89,7 +114,7 @@ def run_tests_with_file(root: Path, path: Path, text: str, nodeids: list[str], t
             (copy / path).write_text(text)
         except OSError as e:
             return TestRun(False, f"could not copy the project to run its tests: {e}")
-        return run_tests(copy, nodeids, {}, target_id)
+        return run_tests(copy, nodeids, {}, target_id, sandbox=sandbox)
 
 
 def candidate_env(target_id: str, kernel: Path, lang: str, device: str, outputs: dict[str, Any],
@@ -120,6 +145,7 @@ def verify(
     returns: str | None = None,
     pack: str | None = None,
     module: Mapping[str, Any] | None = None,
+    sandbox: str = "auto",
 ) -> dict[str, Any]:
     """The ``tests`` and ``benchmarks`` parts of a target's report.
 
@@ -131,7 +157,7 @@ def verify(
     plain = [n for n in callers if n not in benchmark_callers]
     tests: dict[str, Any] = {"rerun": callers, "passed": None, "summary": "", "kernel_calls": 0}
     if plain:
-        run = run_tests(root, plain, env, target_id)
+        run = run_tests(root, plain, env, target_id, sandbox=sandbox)
         tests.update(passed=run.passed, summary=run.summary, kernel_calls=run.kernel_calls)
         if run.passed and run.kernel_calls == 0:
             tests.update(passed=False, summary=f"{run.summary}; but no re-run test reached the kernel")
@@ -139,8 +165,8 @@ def verify(
     if benchmark_callers:
         refs, cands = [], []
         for _ in range(BENCHMARK_PAIRS):
-            refs.append(run_tests(root, benchmark_callers, {"MAXCODE_DISABLE": "1"}, target_id, benchmark=True))
-            cands.append(run_tests(root, benchmark_callers, env, target_id, benchmark=True))
+            refs.append(run_tests(root, benchmark_callers, {"MAXCODE_DISABLE": "1"}, target_id, benchmark=True, sandbox=sandbox))
+            cands.append(run_tests(root, benchmark_callers, env, target_id, benchmark=True, sandbox=sandbox))
             if not (refs[-1].passed and cands[-1].passed):
                 break  # the failure is the result; more runs would only repeat it
         failed = next((r for r in (*refs, *cands) if not r.passed), None)

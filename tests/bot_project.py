@@ -5,7 +5,6 @@ bot only reads a report, so no search runs here."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any
 import git
 import github_fake
 
+from pytest_maxcode.model.candidate import candidate_hash
 from pytest_maxcode.search.policy import expand
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "chain_project"
@@ -44,7 +44,7 @@ class Repo:
         (kernels / f"{TARGET}.cpp").write_text(kernel)
         timing = {"reference": {"median_s": 1e-3, "mean_s": 1e-3, "stddev_s": 1e-4, "rounds": 100},
                   "candidate": {"median_s": 1e-3 / speedup, "mean_s": 1e-3 / speedup, "stddev_s": 1e-5, "rounds": 300}}
-        sha = hashlib.sha256(kernel.encode()).hexdigest()
+        sha = candidate_hash("native", "cpp", kernel)
         target = {
             "id": TARGET, "kind": "function", "status": "verified", "verified": True, "weak_check": False, "reason": reason,
             "device": "cpu", "arch": "x86_64", "sandbox": "bwrap", "range_limited": None,

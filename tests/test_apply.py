@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_maxcode.model.candidate import candidate_hash
 from pytest_maxcode.apply import apply_report
 from pytest_maxcode.targets.lock import read_lock
 
@@ -21,7 +22,7 @@ def _project(tmp_path: Path) -> dict:
     target = {
         "id": "mylib.f", "status": "verified", "verified": True, "reason": "", "speedup": 2.0, "speedup_ci": [1.8, 2.2],
         "device": "cpu", "arch": "x86_64",
-        "best": {"source_path": ".maxcode/reports/kernels/mylib.f.cpp", "lang": "cpp", "hash": "h"},
+        "best": {"source_path": ".maxcode/reports/kernels/mylib.f.cpp", "lang": "cpp", "hash": candidate_hash("native", "cpp", KERNEL)},
         "reference": {"module": "mylib", "qualname": "f", "file": "mylib.py"},
     }
     return {"targets": [target]}

@@ -24,6 +24,7 @@ from github_fake import FAKE_GH_TOKEN
 from rich.console import Console
 from test_report import sample_report
 
+from pytest_maxcode.model.candidate import candidate_hash
 from pytest_maxcode.apply import apply_report, apply_target
 from pytest_maxcode.bot.pr import why_not
 from pytest_maxcode.errors import MaxcodeError
@@ -310,7 +311,7 @@ def project(root: Path, **fields: Any) -> dict[str, Any]:
     target = {
         "id": "mylib.f", "status": "verified", "verified": True, "reason": "2x faster", "speedup": 2.0, "speedup_ci": [1.8, 2.2],
         "device": "cpu", "arch": "x86_64", "weak_check": False, "workloads": [], "sandbox": "bwrap",
-        "best": {"source_path": ".maxcode/reports/kernels/mylib.f.cpp", "lang": "cpp", "hash": "h"},
+        "best": {"source_path": ".maxcode/reports/kernels/mylib.f.cpp", "lang": "cpp", "hash": candidate_hash("native", "cpp", KERNEL)},
         "reference": {"module": "mylib", "qualname": "f", "file": "mylib.py"},
         "tests": {"rerun": ["tests/test_mylib.py::test_f"], "passed": True, "summary": "1 passed"},
         **fields,

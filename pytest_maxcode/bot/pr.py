@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .._extras import require
-from ..apply import apply_target, is_program, range_held, written_paths
+from ..apply import apply_target, is_program, range_held, verified_source, written_paths
 from ..errors import MaxcodeError
 from ..model.jsontypes import JSON
 from ..model.report import BestKernel, Report, TargetResult, TargetStatus, parse_report, parse_target
@@ -98,11 +98,7 @@ def _best(t: TargetResult) -> BestKernel:
 
 
 def _kernel(t: TargetResult, root: Path) -> tuple[str, str]:
-    path = root / _best(t).source_path
-    try:
-        source = path.read_text()
-    except OSError:
-        raise MaxcodeError(f"{t.id}: the report's kernel {path} is gone; run pytest --maxcode again") from None
+    source = verified_source(t, root)
     return source, hashlib.sha256(source.encode()).hexdigest()[:16]
 
 

@@ -33,4 +33,15 @@ class CandidateSpec:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(f"{self.format}\0{self.lang}\0{self.text}".encode()).hexdigest()
+        return candidate_hash(self.format, self.lang, self.text)
+
+
+def candidate_hash(fmt: str, lang: str, text: str) -> str:
+    """What names a candidate everywhere (store, report, lock): its format, language and text."""
+    return hashlib.sha256(f"{fmt}\0{lang}\0{text}".encode()).hexdigest()
+
+
+def is_source_of(text: str, lang: str, expected: str) -> bool:
+    """Whether ``text`` is the candidate a report names by ``expected`` (its :func:`candidate_hash`,
+    in whichever format it was checked: a kernel, a compat module or a whole program)."""
+    return any(candidate_hash(fmt, lang, text) == expected for fmt in ("native", "compat", "program"))
