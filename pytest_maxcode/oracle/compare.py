@@ -62,47 +62,67 @@ class Mismatch:
 
 
 def compare(expected: Sequence[torch.Tensor], got: Sequence[torch.Tensor], atol: float | None, rtol: float | None) -> Mismatch | None:
+    """The first output of ``got`` that differs from ``expected``, or None.
+
+    ``got`` came from the sandbox: the protocol has checked that each is a plain tensor, but
+    whatever comparing one still raises is that output's mismatch, never the trusted side's crash.
+    """
     if len(expected) != len(got):
         return Mismatch(-1, f"{len(got)} outputs, expected {len(expected)}", {})
     for i, (e, g) in enumerate(zip(expected, got)):
-        if tuple(e.shape) != tuple(g.shape):
-            return Mismatch(i, f"shape {tuple(g.shape)}, expected {tuple(e.shape)}", {})
-        if e.dtype != g.dtype:
-            return Mismatch(i, f"dtype {g.dtype}, expected {e.dtype}", {})
-        a, r = tolerances(e.dtype, atol, rtol)
-        if _all_close(e, g, a, r):
-            continue
-        ok = _close(e, g, a, r)
-        if bool(ok.all()):
-            continue
-        bad = ~ok
-        n_bad = int(bad.sum())
-        first = int(bad.flatten().nonzero()[0])
-        index = list(_unravel(first, tuple(e.shape)))
-        ef = e.flatten()[first].item()
-        gf = g.flatten()[first].item()
-        details: dict[str, Any] = {
-            "atol": a,
-            "rtol": r,
-            "fraction_wrong": n_bad / max(1, e.numel()),
-            "n_wrong": n_bad,
-            "first_bad_index": index,
-            "expected": _num(ef),
-            "got": _num(gf),
-        }
-        if e.is_floating_point():
-            diff = (e.double() - g.double()).abs()
-            finite = torch.isfinite(diff)
-            details["n_nan"] = int(torch.isnan(g).sum())
-            details["max_abs_error"] = float(diff[finite].max()) if bool(finite.any()) else float("inf")
-            rel = diff / e.double().abs().clamp_min(1e-12)
-            details["max_rel_error"] = float(rel[finite].max()) if bool(finite.any()) else float("inf")
-        reason = (
-            f"{n_bad}/{e.numel()} elements wrong ({100 * n_bad / max(1, e.numel()):.3g}%), "
-            f"first at {index}: got {_num(gf)}, expected {_num(ef)}"
-        )
-        return Mismatch(i, reason, details)
+        try:
+            mismatch = _compare_one(i, e, g, atol, rtol)
+        except Exception as x:  # noqa: BLE001 - any failure to compare is the candidate's output at fault
+            why = (str(x).splitlines() or [""])[0][:200]
+            return Mismatch(i, f"could not be compared with the reference's ({type(x).__name__}: {why})", {})
+        if mismatch is not None:
+            return mismatch
     return None
+
+
+def _compare_one(i: int, e: torch.Tensor, g: torch.Tensor, atol: float | None, rtol: float | None) -> Mismatch | None:
+    """Output ``i``'s mismatch, or None; it may raise on a tensor torch cannot compare (``compare`` catches that)."""
+    if not isinstance(g, torch.Tensor):
+        return Mismatch(i, f"a {type(g).__name__}, expected a tensor", {})
+    if tuple(e.shape) != tuple(g.shape):
+        return Mismatch(i, f"shape {tuple(g.shape)}, expected {tuple(e.shape)}", {})
+    if e.dtype != g.dtype:
+        return Mismatch(i, f"dtype {g.dtype}, expected {e.dtype}", {})
+    if (g.device, g.layout, g.is_nested) != (e.device, e.layout, e.is_nested):
+        return Mismatch(i, f"a {g.layout} tensor on {g.device}, expected a {e.layout} tensor on {e.device}", {})
+    a, r = tolerances(e.dtype, atol, rtol)
+    if _all_close(e, g, a, r):
+        return None
+    ok = _close(e, g, a, r)
+    if bool(ok.all()):
+        return None
+    bad = ~ok
+    n_bad = int(bad.sum())
+    first = int(bad.flatten().nonzero()[0])
+    index = list(_unravel(first, tuple(e.shape)))
+    ef = e.flatten()[first].item()
+    gf = g.flatten()[first].item()
+    details: dict[str, Any] = {
+        "atol": a,
+        "rtol": r,
+        "fraction_wrong": n_bad / max(1, e.numel()),
+        "n_wrong": n_bad,
+        "first_bad_index": index,
+        "expected": _num(ef),
+        "got": _num(gf),
+    }
+    if e.is_floating_point():
+        diff = (e.double() - g.double()).abs()
+        finite = torch.isfinite(diff)
+        details["n_nan"] = int(torch.isnan(g).sum())
+        details["max_abs_error"] = float(diff[finite].max()) if bool(finite.any()) else float("inf")
+        rel = diff / e.double().abs().clamp_min(1e-12)
+        details["max_rel_error"] = float(rel[finite].max()) if bool(finite.any()) else float("inf")
+    reason = (
+        f"{n_bad}/{e.numel()} elements wrong ({100 * n_bad / max(1, e.numel()):.3g}%), "
+        f"first at {index}: got {_num(gf)}, expected {_num(ef)}"
+    )
+    return Mismatch(i, reason, details)
 
 
 def _num(v: Any) -> Any:

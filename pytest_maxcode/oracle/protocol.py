@@ -27,8 +27,63 @@ class ProtocolError(Exception):
     """A message that is not a well-formed event of the protocol."""
 
 
+#: the most dimensions an output may have (torch's own kernels stop at 25)
+MAX_DIMS = 64
+
+
+def tensor_problem(t: Any) -> str:
+    """Why ``t`` is not a tensor the worker sends ('' when it is one).
+
+    The worker sends detached clones moved to the CPU: a plain, dense, strided CPU tensor
+    whose storage holds every element. ``torch.load(weights_only=True)`` also rebuilds meta,
+    sparse, nested and quantized tensors, subclasses and views with zero or overlapping
+    strides, and comparing those raises or reads past what was sent, inside the trusted process.
+    """
+    if not isinstance(t, torch.Tensor):
+        return f"a {type(t).__name__}, not a tensor"
+    if type(t) is not torch.Tensor:
+        return f"a {type(t).__name__} (a tensor subclass), not a plain tensor"
+    if t.is_nested:
+        return "a nested tensor"
+    if t.layout != torch.strided:
+        return f"a tensor with layout {t.layout}, not strided"
+    if t.device.type != "cpu":
+        return f"a tensor on device {t.device}, not the cpu the worker sends outputs on"
+    if t.is_quantized:
+        return f"a quantized tensor ({t.dtype})"
+    if t.requires_grad:
+        return "a tensor that requires grad, not a detached one"
+    if t.dim() > MAX_DIMS:
+        return f"a tensor of {t.dim()} dimensions (at most {MAX_DIMS})"
+    if t.numel() == 0:
+        return ""
+    if not _dense(tuple(t.shape), t.stride()):
+        return f"a tensor with overlapping or gapped strides {t.stride()[:8]} for shape {tuple(t.shape)[:8]}"
+    if (t.storage_offset() + t.numel()) * t.element_size() > t.untyped_storage().nbytes():
+        return "a tensor larger than its storage"
+    return ""
+
+
+def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether the elements tile one block of memory exactly once (what a clone's strides do,
+    in any dimension order): torch's "non-overlapping and dense"."""
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(shape, strides) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _tensor_list(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(t, torch.Tensor) for t in v)
+    """A list of tensors as the worker sends them; the first exotic one says why."""
+    if not (isinstance(v, list) and all(isinstance(t, torch.Tensor) for t in v)):
+        return False
+    for i, t in enumerate(v):
+        why = tensor_problem(t)
+        if why:
+            raise ProtocolError(f"item {i} is {why}")
+    return True
 
 
 def _int_list(v: Any) -> bool:
@@ -98,7 +153,11 @@ def validate(msg: Any, events: dict[str, dict[str, Any]] = EVENTS) -> Event:
     if set(kwargs) != set(spec):
         raise ProtocolError(f"event {name!r} with keywords {sorted(map(str, kwargs))[:6]}, expected {sorted(spec)}")
     for key, check in spec.items():
-        if not check(kwargs[key]):
+        try:
+            valid = check(kwargs[key])
+        except ProtocolError as e:  # a check that can say more than "not valid"
+            raise ProtocolError(f"event {name!r}: {key}: {e}") from None
+        if not valid:
             raise ProtocolError(f"event {name!r}: {key} is not valid")
     return Event(name, kwargs)
 
