@@ -11,12 +11,12 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import options
 from ._extras import require
 from ._files import write_atomic
-from ._styles import STATUS_STYLE
+from ._styles import STATUS_STYLE, terminal_safe
 from ._version import __version__
 from .apply import apply_report
 from .bench import kernelbench, pie
@@ -364,9 +364,9 @@ def cmd_remeasure(ns: argparse.Namespace) -> int:
 
     hide_own_environment()
     console = _console()
-    progress = (lambda msg: console.log(msg)) if console else None
+    progress = _log(console)
     r = remeasure(Path.cwd(), ns.target, ns.repeat, sandbox=ns.sandbox, progress=progress)
-    print("\n".join(r.lines()))
+    print(terminal_safe("\n".join(r.lines())))
     return 0 if holds(r) else 1
 
 
@@ -384,7 +384,7 @@ def cmd_apply(ns: argparse.Namespace) -> int:
     root = Path.cwd()
     lines = apply_report(parse_report(report, str(path)), root)
     for line in lines:
-        print(line)
+        print(terminal_safe(line))
     return 0 if any(": applied " in line or ": rewrote " in line for line in lines) else 1
 
 
@@ -437,8 +437,8 @@ def cmd_status(ns: argparse.Namespace) -> int:
         table.add_column("why", overflow="fold", ratio=1)
         style = {"active": "green", "stale": "red", "missing": "red", "device-mismatch": "yellow", "disabled": "yellow"}
         for r in rows:
-            table.add_row(Text(r["target"]), Text(r["state"], style=style[r["state"]]), Text(r["kernel"]),
-                          f"{r['speedup']:.3g}x", Text(r["reason"]))
+            table.add_row(Text(terminal_safe(r["target"])), Text(r["state"], style=style[r["state"]]),
+                          Text(terminal_safe(r["kernel"])), f"{r['speedup']:.3g}x", Text(terminal_safe(r["reason"])))
         Console().print(table)
         for line in _remeasure_lines(rows):
             print(line)
@@ -535,6 +535,12 @@ def _node(store, node_id: int, target: str | None) -> dict:
     return n
 
 
+def _write_text(text: str) -> None:
+    """A stored text as it is (source, a prompt, a reply) into a pipe or a file; on a terminal with
+    its controls escaped, since a candidate or a model wrote it."""
+    sys.stdout.write(terminal_safe(text) if sys.stdout.isatty() else text)
+
+
 def _show_source(store, node: dict, as_json: bool) -> int:
     cand = store.candidate(node["candidate_hash"]) if node["candidate_hash"] else None
     if cand is None:
@@ -543,7 +549,7 @@ def _show_source(store, node: dict, as_json: bool) -> int:
     if as_json:
         _dump_json(cand)
     else:
-        sys.stdout.write(cand["source"] if cand["source"].endswith("\n") else cand["source"] + "\n")
+        _write_text(cand["source"] if cand["source"].endswith("\n") else cand["source"] + "\n")
     return 0
 
 
@@ -576,7 +582,7 @@ def _show_prompt(store, node: dict, as_json: bool) -> int:
             content = "\n".join(b.get("text", json.dumps(b)) if isinstance(b, dict) else str(b) for b in (content or []))
         out += ["", f"=== {m.get('role', '?') if isinstance(m, dict) else '?'} ===", content.rstrip("\n")]
     out += ["", "=== reply ===", str(call["response"]).rstrip("\n")]
-    sys.stdout.write("\n".join(out) + "\n")
+    _write_text("\n".join(out) + "\n")
     return 0
 
 
@@ -610,7 +616,7 @@ def _list_targets(store, run: int | None, as_json: bool) -> int:
         table.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         best = f"{r['best_speedup']:.2f}x" if r["best_speedup"] is not None else "-"
-        table.add_row(Text(r["target"]), str(r["runs"]), str(r["latest_run"] or "-"), str(r["nodes"]), best, f"${r['cost_usd']:.4f}")
+        table.add_row(Text(terminal_safe(r["target"])), str(r["runs"]), str(r["latest_run"] or "-"), str(r["nodes"]), best, f"${r['cost_usd']:.4f}")
     Console().print(table)
     return 0
 
@@ -778,7 +784,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
     hide_own_environment()
     root = Path.cwd()
     console = _console()
-    progress = (lambda msg: console.log(msg)) if (console and not settings.json) else None
+    progress = _log(console) if not settings.json else None
     with Store(default_path(root)) as store:
         run_id = store.begin_run(" ".join(["maxcode", *sys.argv[1:]]), __version__)
         oracle = Oracle(reference, config, root, store=store, run_id=run_id, progress=progress, candidates_hint=candidates)
@@ -810,14 +816,14 @@ def cmd_check(ns: argparse.Namespace) -> int:
     else:
         _print_verdicts(verdicts, oracle.workloads, oracle.device)
         for line in repeats:
-            print(line)
+            print(terminal_safe(line))
         if not ns.repeat:
             for v in verdicts:
                 again = remeasure_text(v.diagnostics)  # the report's wording of the same promise
                 if again:
                     # two lines: the table fits 80 columns, and so should what follows it
-                    print(f"{os.path.basename(v.candidate)}: {again[1]}:")
-                    print(f"  {again[0]}")
+                    print(terminal_safe(f"{os.path.basename(v.candidate)}: {again[1]}:"))
+                    print(terminal_safe(f"  {again[0]}"))
     return 0 if all(v.correct for v in verdicts) else 1
 
 
@@ -835,11 +841,19 @@ def _console():
     return Console(stderr=True)
 
 
+def _log(console: Any) -> Callable[[str], None] | None:
+    """The progress callback that logs to ``console`` (None without one): a line can name a
+    candidate's file or quote its output, so it is logged as plain text with its controls escaped."""
+    if console is None:
+        return None
+    return lambda msg: console.log(terminal_safe(msg), markup=False)
+
 
 def _print_verdicts(verdicts, workloads, device: str) -> None:
     # rich loads when a table is printed: keeps start-up fast
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     table = Table(title=f"maxcode check ({device})", show_lines=False)
@@ -852,7 +866,7 @@ def _print_verdicts(verdicts, workloads, device: str) -> None:
         sp = f"{v.speedup:.3g}x" if v.speedup is not None else "-"
         status = v.status + (" (weak check)" if v.weak_check else "") + (" (range-limited)" if v.range_limited else "")
         table.add_row(
-            os.path.basename(v.candidate),
+            Text(terminal_safe(os.path.basename(v.candidate))),
             f"[{STATUS_STYLE[v.status]}]{status}[/]",
             sp,
             ci,
@@ -863,9 +877,9 @@ def _print_verdicts(verdicts, workloads, device: str) -> None:
     console.print(table)
     for v in verdicts:
         if v.reasons:
-            console.print(f"[bold]{os.path.basename(v.candidate)}[/]: {v.status}", highlight=False)
+            console.print(Text.assemble((terminal_safe(os.path.basename(v.candidate)), "bold"), f": {v.status}"), highlight=False)
             for r in v.reasons:
-                console.print(f"  {r}", highlight=False, markup=False)
+                console.print(f"  {terminal_safe(r)}", highlight=False, markup=False)
             if v.range_limited:
                 console.print(f"  range-limited ({v.range_limited}): not applied, no pull request, unless the "
                               "target sets accept_range_limited", highlight=False, markup=False)
@@ -880,7 +894,7 @@ def cmd_ablate(ns: argparse.Namespace) -> int:
     summary = ablate(
         root, observations=split(ns.observations), reranks=split(ns.reranks), seeds=ns.seeds, budget=ns.budget,
         llm=ns.llm, record=Path(ns.record) if ns.record else None, out_dir=Path(ns.out) if ns.out else None,
-        pytest_args=ns.pytest_args, timeout=ns.run_timeout, progress=lambda m: console.print(m, highlight=False),
+        pytest_args=ns.pytest_args, timeout=ns.run_timeout, progress=lambda m: console.print(terminal_safe(m), highlight=False, markup=False),
     )
     if ns.json:
         print(json.dumps(summary, indent=2))
@@ -960,7 +974,7 @@ def cmd_bench_ab(ns: argparse.Namespace) -> int:
                       "measuring the base as well")
     base, head = ab.interleaved(repo, ns.base, ns.head, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=fork,
                                 project=os.path.relpath(Path.cwd(), repo), timer=timer,
-                                progress=(lambda msg: console.log(msg)) if console else None,
+                                progress=_log(console),
                                 stored_base=stored.samples if stored else None)
     result = ab.judge(base, head, threshold=ns.threshold or reg.threshold, thresholds=reg.thresholds,
                       base_label=ns.base, head_label=ns.head_label or ns.head, timer=timer)
@@ -994,7 +1008,7 @@ def cmd_bench_record(ns: argparse.Namespace) -> int:
     history = History.load(Path(ns.history))
     samples = ab.measure(repo, {"ref": ns.ref}, ns.pytest_args, runs=ns.runs or reg.runs, fork_server=fork,
                          project=os.path.relpath(Path.cwd(), repo), timer=timer,
-                         progress=(lambda msg: console.log(msg)) if console else None)["ref"]
+                         progress=_log(console))["ref"]
     branch = _branch_name(ns, ns.ref)
     history.add(Record(commit, branch, timer, tuple(ns.pytest_args), samples, processes=ab.processes(timer, fork)))
     history.save()
@@ -1004,9 +1018,9 @@ def cmd_bench_record(ns: argparse.Namespace) -> int:
 
 def _say(console: Any, text: str) -> None:
     if console:
-        console.log(text)
+        console.log(terminal_safe(text), markup=False)
     else:
-        print(text, file=sys.stderr)
+        print(terminal_safe(text), file=sys.stderr)
 
 
 def _git_root(where: Path) -> Path:
@@ -1040,7 +1054,7 @@ def cmd_pr(ns: argparse.Namespace) -> int:
               reject_margin=ns.reject_margin, replace_margin=ns.replace_margin)
     outcomes = bot.run()
     for o in outcomes:
-        print(o.line())
+        print(terminal_safe(o.line()))
     if ns.urls_file:
         write_atomic(Path(ns.urls_file), "".join(f"{o.url}\n" for o in outcomes if o.url))
     if not outcomes:
@@ -1100,7 +1114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.command == "comment":
             return cmd_comment(ns)
     except MaxcodeError as e:
-        sys.stderr.write(f"maxcode: error: {e}\n")
+        sys.stderr.write(f"maxcode: error: {terminal_safe(str(e))}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("maxcode: interrupted; finished evaluations are in .maxcode/maxcode.db\n")

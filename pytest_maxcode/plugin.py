@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from . import hookspec, options
+from ._styles import terminal_safe
 from .errors import MaxcodeError
 
 
@@ -58,9 +59,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 80)
         render_terminal(session.report_json, Console(file=buf, width=max(40, width), force_terminal=False))
         terminalreporter.write_sep("=", "maxcode")
-        terminalreporter.write(buf.getvalue())
+        # rendered without colours (not a terminal), so escaping the whole text leaves rich's styling alone
+        terminalreporter.write(terminal_safe(buf.getvalue()))
         for kind, path in session.report_paths.items():
-            terminalreporter.write_line(f"maxcode {kind} report: {path}")
+            terminalreporter.write_line(terminal_safe(f"maxcode {kind} report: {path}"))
         # the search layer, loaded by a --maxcode run only: keeps start-up fast
         from .search.policy import without_model_note
 
@@ -73,4 +75,4 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         terminalreporter.write_line(f"maxcode: interrupted; wrote the report of {session.interrupted} finished target(s); "
                                     "resume with the same command", red=True)
     elif session.problem is not None:
-        terminalreporter.write_line(f"maxcode: {session.problem}", red=True)
+        terminalreporter.write_line(terminal_safe(f"maxcode: {session.problem}"), red=True)

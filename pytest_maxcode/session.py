@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from ._styles import terminal_safe
 from ._version import __version__
 from .apply import apply_report
 from .errors import MaxcodeError, SearchInterrupted
@@ -171,7 +172,7 @@ class MaxcodeSession:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             with self._say_lock:
-                tr.write_line(f"maxcode: {message}")
+                tr.write_line(terminal_safe(f"maxcode: {message}"))
 
     def _progress(self, message: str) -> None:
         """The searches' progress line; after Ctrl-C it stops a search running in a worker

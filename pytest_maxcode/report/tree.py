@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._styles import STATUS_STYLE
+from .._styles import STATUS_STYLE, terminal_safe
 from ..model.jsontypes import JSON
 
 if TYPE_CHECKING:
@@ -173,7 +173,8 @@ def _first_reason(node: Mapping[str, Any], width: int = 100) -> str:
 
 
 def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: bool = False):
-    """One node as a rich ``Text`` (never markup: origins and reasons are untrusted text)."""
+    """One node as a rich ``Text`` for a terminal (never markup, controls escaped: origins,
+    reasons and critiques are untrusted text)."""
     # here, not at the top: keeps start-up fast (the plugin imports the report)
     from rich.text import Text
 
@@ -186,25 +187,26 @@ def node_line(node: Mapping[str, Any], llm_costs: Mapping[int, float], *, best: 
     line.append(f"#{node.get('id')}", style="bold")
     line.append(f"  {'parent #' + str(parent) if parent is not None else 'root'}", style="dim")
     line.append(f"  step {node.get('step', '?')}  ")
-    line.append(status, style=STATUS_STYLE.get(status, _FORMAT_STYLE if status == "format" else ""))
+    line.append(terminal_safe(status), style=STATUS_STYLE.get(status, _FORMAT_STYLE if status == "format" else ""))
     line.append(f"  {'-' if speedup is None else f'{speedup:.2f}x'}")
     ci = node_interval(node) if speedup is not None else None
     if ci is not None:
         line.append(f" [{ci[0]:.2f}, {ci[1]:.2f}]")
     line.append(f"  reward {_fmt_reward(node.get('reward'))}")
     line.append(f"  {_fmt_cost(cost)}")
-    line.append(f"  {node.get('origin', '?')}", style="cyan")
+    line.append(terminal_safe(f"  {node.get('origin', '?')}"), style="cyan")
     if best:
         line.append("  <- best", style="bold green")
     reason = _first_reason(node)
     if reason:
-        line.append(f"  {reason}", style="dim")
+        line.append(terminal_safe(f"  {reason}"), style="dim")
     if node.get("critique"):
         critic = node.get("critic")
         who = f" ({critic})" if critic and critic != "rules" else ""
-        line.append(f"\n    critique{who}: {' '.join(str(node['critique']).split())}", style="italic")
+        line.append(terminal_safe(f"\n    critique{who}: {' '.join(str(node['critique']).split())}"), style="italic")
     if node.get("critique_flags"):
-        line.append(f"\n    flagged: the critique cites what the oracle did not measure: {', '.join(node['critique_flags'])}", style="bold red")
+        flags = ", ".join(map(str, node["critique_flags"]))
+        line.append(terminal_safe(f"\n    flagged: the critique cites what the oracle did not measure: {flags}"), style="bold red")
     return line
 
 
@@ -238,7 +240,7 @@ def render_tree(nodes: Sequence[Mapping[str, JSON]], console: Console, llm_costs
     for run_nodes in by_run.values():
         top = best_node(run_nodes)
         best_id = top.get("id") if top is not None else None
-        tree = Tree(Text(_header(run_nodes), style="bold"), guide_style="dim")
+        tree = Tree(Text(terminal_safe(_header(run_nodes)), style="bold"), guide_style="dim")
 
         stack: list[tuple[Tree, Mapping[str, Any]]] = [(tree, r) for r in reversed(build_tree(run_nodes))]
         while stack:  # depth-first, children oldest first; no recursion, however deep the search went
