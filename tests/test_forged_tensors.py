@@ -136,7 +136,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     project = tmp_path_factory.mktemp("forged")
     shutil.copy(ATTACKS / "ref.py", project / "ref.py")
     shutil.copy(ATTACKS / "honest.cpp", project / "honest.cpp")
-    template = (ATTACKS / "c17_forged_tensor_compat.py").read_text()
+    template = (ATTACKS / "c20_forged_tensor_compat.py").read_text()
     names = []
     for kind in FORGED:
         names.append(f"forge_{kind}.py")
