@@ -289,6 +289,127 @@ def test_one_test_case_makes_a_weak_check(tmp_path: Path) -> None:
     assert v.weak_check and any("one test case" in r for r in v.reasons)
 
 
+# a rewrite that prints the expected output instead of computing it: it finds the test case's
+# folder from its stdin's link, or from the path it was written with, finds which input it was
+# given, and copies the output beside it; failing that, it tries to rewrite the test cases for
+# the runs after it, and prints what it managed
+PEEKER = r"""
+#include <fcntl.h>
+#include <unistd.h>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <string>
+using namespace std;
+
+static bool slurp(const string& path, string& into) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  char buf[1 << 16];
+  ssize_t n;
+  into.clear();
+  while ((n = read(fd, buf, sizeof buf)) > 0) into.append(buf, n);
+  close(fd);
+  return true;
+}
+
+int main() {
+  string given((istreambuf_iterator<char>(cin)), istreambuf_iterator<char>());
+  char link[4096];
+  ssize_t n = readlink("/proc/self/fd/0", link, sizeof link - 1);
+  string seen = n > 0 ? string(link, n) : string();
+  int opened = 0, wrote = 0;
+  for (string dir : {seen.substr(0, seen.rfind('/')), string(CASES)}) {
+    for (int k = 1; k <= 3; ++k) {
+      string input, output;
+      opened += slurp(dir + "/input." + to_string(k) + ".txt", input);
+      if (input == given && slurp(dir + "/output." + to_string(k) + ".txt", output)) {
+        fputs(output.c_str(), stdout);
+        return 0;
+      }
+      int fd = open((dir + "/input." + to_string(k) + ".txt").c_str(), O_WRONLY);
+      if (fd >= 0) wrote += write(fd, "1\n0\n", 4) == 4, close(fd);
+    }
+  }
+  int fd = open("/proc/self/fd/0", O_WRONLY);
+  if (fd >= 0) wrote += write(fd, "1\n0\n", 4) == 4, close(fd);
+  printf("opened %d, wrote %d, stdin %s\n", opened, wrote, seen.substr(0, 6).c_str());
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_a_program_cannot_read_its_expected_outputs(tmp_path: Path, kind: str) -> None:
+    """Its stdin is a sealed copy with no path back to the test cases, and the folder of the
+    test cases is not in its view: the peeker finds nothing, rewrites nothing, and is wrong."""
+    if (why := isolation.works(kind)) is not None:
+        pytest.skip(f"no {kind} sandbox here: {why}")
+    root = make_project(tmp_path)
+    before = {f.name: f.read_bytes() for f in (root / "cases").iterdir()}
+    peeker = PEEKER.replace("CASES", json.dumps(str(root / "cases")))
+    p = ProgramTarget("sums", Path("src/sums.cpp"), Path("cases"))
+    with ProgramOracle(p, program_config(p, 1.05, sandbox=kind), root) as oracle:
+        (v,) = oracle.check([candidate(root, "peeker", peeker)])
+        passed, summary = oracle.rerun_test_cases(peeker)  # the session's verification runs it too
+    assert v.status == "wrong" and v.reasons[0].startswith("test case input.1.txt: wrong output (line 1: got 'opened 0, wrote 0, stdin /memfd"), v.reasons
+    assert not passed and summary.startswith("3 of 3 test case(s) failed, first input.1.txt: wrong output (line 1: got 'opened 0, wrote 0,")
+    assert {f.name: f.read_bytes() for f in (root / "cases").iterdir()} == before
+
+
+# the source program with callgrind's collection switched off first thing in main: as slow as
+# the source, counted as 2.6x faster (the red team's attack on timer = "instructions")
+TOGGLE = "#include <valgrind/callgrind.h>\n" + SLOW.replace("int main() {\n", "int main() {\n    CALLGRIND_TOGGLE_COLLECT;\n")
+HEAD = """// a function that issues one valgrind client request (mov %rdi,%rax; xor %edx,%edx; the special-
+// instruction preamble; xchg %rbx,%rbx; mov %rdx,%rax; ret), each byte xor 0x5a: no preamble in
+// the file for a scan to find, and memory to run it from by a raw system call, no import
+static const unsigned char code[] = {0x12, 0xd3, 0xa2, 0x6b, 0x88, 0x12, 0x9b, 0x9d, 0x59, 0x12, 0x9b, 0x9d, 0x57, 0x12, 0x9b, 0x9d, 0x67, 0x12, 0x9b, 0x9d, 0x69, 0x12, 0xdd, 0x81, 0x12, 0xd3, 0x8a, 0x99};
+
+static void toggle_collect() {
+    long at;
+    register long flags asm("r10") = 0x22;  // MAP_PRIVATE | MAP_ANONYMOUS
+    register long fd asm("r8") = -1;
+    register long offset asm("r9") = 0;
+    asm volatile("syscall" : "=a"(at) : "0"(9L), "D"(0L), "S"(4096L), "d"(7L), "r"(flags), "r"(fd), "r"(offset)
+                 : "rcx", "r11", "memory");  // mmap, read, write and execute
+    unsigned char* fn = reinterpret_cast<unsigned char*>(at);
+    for (unsigned i = 0; i < sizeof code; i++) fn[i] = code[i] ^ 0x5a;
+    unsigned long args[6] = {0x43540002UL, 0, 0, 0, 0, 0};  // CALLGRIND_TOGGLE_COLLECT
+    reinterpret_cast<unsigned long (*)(unsigned long*)>(fn)(args);
+}"""
+
+# the same request made at run time, so no scan of the file can find it, from a program that
+# spins after it: it runs far slower than the source and is counted as faster
+HIDDEN_TOGGLE = SLOW.replace("int main() {\n", """HEAD
+
+int main() {
+    toggle_collect();
+    for (volatile long spin = 0; spin < 5000000; spin = spin + 1) {}
+""".replace("HEAD", HEAD))
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or not Path("/usr/include/valgrind/callgrind.h").is_file(),
+                    reason="needs valgrind and its headers")
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the hidden client request is x86-64 code")
+def test_the_instruction_timer_does_not_take_a_program_that_switches_callgrind_off(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    for k in (1, 2, 3):  # smaller cases: callgrind runs 50x slower
+        (root / "cases" / f"input.{k}.txt").unlink()
+        (root / "cases" / f"output.{k}.txt").unlink()
+    write_cases(root / "cases", (1000, 1500))
+    with oracle_for(root, timer="instructions") as oracle:
+        toggle, hidden = oracle.check([candidate(root, "toggle", TOGGLE), candidate(root, "hidden", HIDDEN_TOGGLE)])
+    # the scan finds the client request in the built program: rejected before it runs
+    assert toggle.status == "rejected" and toggle.reasons[0].startswith(
+        'timer = "instructions": valgrind x86-64 preamble, client request (xchg %rbx,%rbx), in executable code'), toggle.reasons
+    assert "workloads" not in toggle.diagnostics
+    # the scan cannot see the other; the counts call it faster, the trusted wall clock does not
+    counts = hidden.diagnostics["workloads"]["test2"]
+    assert counts["reference_instructions"] > 2 * counts["candidate_instructions"]
+    assert hidden.status == "not_faster" and "but the trusted wall clock finds it below the bar of 1.05x" in hidden.reasons[0], hidden.reasons
+    assert hidden.diagnostics["wall"]["speedup_ci"][1] < 1.05
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_the_instruction_timer_gives_the_same_exact_verdict_every_time(tmp_path: Path) -> None:
     root = make_project(tmp_path)

@@ -454,7 +454,7 @@ def run(ns: argparse.Namespace) -> int:
     isolation = resolve("auto")
     builds = compile_all(codes, flags, cache, ns.jobs, isolation)
     cpu = int(ns.timeout * (VALGRIND_SLOWDOWN if ns.timer == "instructions" else 1)) + 5
-    sandbox = program_sandbox(isolation, cpu, None, readable=(cache, root.resolve()))
+    sandbox = program_sandbox(isolation, cpu, None, hidden=(root.resolve(),))  # the expected outputs are there
     with tempfile.TemporaryDirectory(prefix="maxcode-pie-") as scratch:
         setup = Setup(tests, builds, ns.timeout, ns.repeats, ns.timer, ns.jobs, Path(scratch), sandbox)
         sys.stderr.write(f"pie: checking and timing {len(pairs)} pairs on {sum(map(len, tests.values()))} test cases\n")

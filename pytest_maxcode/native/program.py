@@ -10,6 +10,7 @@ oracle's.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import math
 import os
@@ -17,6 +18,7 @@ import re
 import resource
 import selectors
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -258,9 +260,13 @@ class Sandbox:
     while the gate (see :data:`_GATE`) holds it, before the program is exec'd.
 
     With ``isolation`` each run starts in that OS sandbox instead, with ``os_limits`` (its
-    working folder the only writable one, ``readable`` the folders under /tmp it reads); that
-    costs milliseconds per run, outside the timed span. ``process_limit``: the
-    pids cgroups each run joins, so a fork bomb stops at :data:`PROGRAM_PIDS`.
+    working folder the only writable one); that costs milliseconds per run, outside the timed
+    span. Under ``bwrap`` a run sees the compilers' view (the system's folders, the interpreter,
+    PATH), its binary's folder and ``readable``, nothing of the project: a program needs its
+    stdin, which it gets as an open file, and no other file, and the expected outputs sit beside
+    the inputs. ``hidden``: folders covered where the view shows them (``unshare`` shows the
+    whole filesystem otherwise), the test case's own folder always. ``process_limit``: the pids cgroups each run joins, so a fork bomb stops at
+    :data:`PROGRAM_PIDS`.
     """
 
     env: dict[str, str] | None = None
@@ -268,23 +274,26 @@ class Sandbox:
     isolation: Isolation | None = None
     os_limits: Limits = Limits()
     readable: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
     process_limit: ProcessLimit | None = field(default=None, compare=False)
     #: the cap on what a run writes to its working folder, all files together (``os_limits.job_bytes``)
     watches: RunWatches | None = field(default=None, compare=False)
 
 
-def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, readable: Sequence[Path] = ()) -> Sandbox:
+def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, readable: Sequence[Path] = (),
+                    hidden: Sequence[Path] = ()) -> Sandbox:
     """What a source or candidate program runs under: the OS sandbox in force with its limits,
     else (``none``) a scrubbed environment with limits set on the pid as it starts: memory
     (address space; None under valgrind, which reserves far more than it uses), CPU time, file
-    size, no core dumps."""
+    size, no core dumps. ``hidden``: the folders that hold its expected outputs (see
+    :class:`Sandbox`)."""
     env = dict(scrubbed_env(), LC_ALL="C")
     if isolation.kind != "none":
         process_limit = ProcessLimit(PROGRAM_PIDS)
         limits = Limits(memory=memory, pids=PROGRAM_PIDS, file_size=64 << 20, cpu_seconds=cpu_seconds, job_bytes=PROGRAM_FILES)
         watches = RunWatches(PROGRAM_FILES)
-        box = Sandbox(env=env, isolation=isolation, readable=tuple(readable), process_limit=process_limit,
-                      os_limits=limits, watches=watches)
+        box = Sandbox(env=env, isolation=isolation, readable=tuple(readable), hidden=tuple(hidden),
+                      process_limit=process_limit, os_limits=limits, watches=watches)
         weakref.finalize(box, process_limit.cleanup)
         weakref.finalize(box, watches.close)
         return box
@@ -299,12 +308,14 @@ def program_sandbox(isolation: Isolation, cpu_seconds: int, memory: int | None, 
     return Sandbox(env=env, limits=limits)
 
 
-#: the last step before the program: say so on stderr, wait for the go on stdin, then take the
-#: test case as stdin and exec. Runs inside the sandbox but before any candidate code, so the
-#: clock (started by the trusted side on the ready line) leaves out the sandbox's setup: its
+#: the last step before the program: say so on stderr, wait for the go on the same socket, then
+#: let stderr go and exec. Runs inside the sandbox but before any candidate code, so the clock
+#: (started by the trusted side on the ready line) leaves out the sandbox's setup: its
 #: milliseconds of namespaces and mounts, noisier than many a program's run, are not the
-#: program's time. dash takes only one-digit fds, hence stdin and stderr as the two channels.
-_GATE = 'in=$1; shift; echo maxcode-ready >&2; read -r go; exec <"$in" 2>/dev/null; exec "$@"'
+#: program's time. The test case is stdin from the start (:func:`_sealed_copy`), and the
+#: program keeps no descriptor but 0, 1 and 2 (dash takes only one-digit fds, hence stderr as
+#: the channel).
+_GATE = 'echo maxcode-ready >&2; read -r go <&2; exec 2>/dev/null; exec "$@"'
 _READY = b"maxcode-ready\n"
 
 
@@ -316,6 +327,8 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     The program gets its own process group so a timeout kills whatever it started too. In an
     OS sandbox it runs in a folder of its thread's own under ``cwd``, watched (all its files
     together are capped) and emptied after each run; ``writable``: folders it may also write.
+    It reads ``stdin`` through the descriptor it is given, never by its path, and the folder
+    ``stdin`` is in is covered (:class:`Sandbox`).
 
     Six parameters and 64 lines because one run is one sequence (start the sandbox, aim the
     folder's watch, time, cap the output, empty the folder) that each caller (the judge, the
@@ -325,18 +338,27 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     boxed = None
     limit = box.process_limit if box.isolation is not None else None
     cgroups = limit.for_this_thread() if limit is not None else None
-    gated = ["/bin/sh", "-c", _GATE, "maxcode-gate", str(stdin), *cmd]
+    gated = ["/bin/sh", "-c", _GATE, "maxcode-gate", *cmd]
     if box.watches is not None:  # threads of one caller (PIE's jobs) share cwd: each its own folder
         cwd = cwd / f".maxcode-run-{threading.get_ident()}"
         cwd.mkdir(exist_ok=True)
     if box.isolation is not None:
         boxed = prepare(gated, box.isolation, cwd, box.os_limits, extra_writable=writable,
-                        readable=[*box.readable, Path(cmd[-1]).parent, Path(stdin).parent], use_cgroups=False,
-                        cgroups=cgroups)
+                        readable=[*box.readable, Path(cmd[-1]).parent], use_cgroups=False, cgroups=cgroups,
+                        view="toolchain", hidden=[*box.hidden, Path(stdin).parent])
     refused = cgroups.pids_refused() if cgroups else 0
     setup_deadline = time.perf_counter() + timeout
-    proc = subprocess.Popen(boxed.argv if boxed else gated, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=cwd, start_new_session=True, env=box.env)
+    given = _sealed_copy(stdin)
+    ours, theirs = socket.socketpair()  # the gate's channel: its ready line out, the go back
+    try:
+        proc = subprocess.Popen(boxed.argv if boxed else gated, stdin=given, stdout=subprocess.PIPE, stderr=theirs,
+                                cwd=cwd, start_new_session=True, env=box.env)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+        os.close(given)
     overfilled = None
     try:
         if box.watches is not None:
@@ -346,7 +368,7 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
                 box.limits(proc.pid)
             except (ProcessLookupError, PermissionError):  # it already exited
                 pass
-        failure, start = _await_ready(proc, setup_deadline)
+        failure, start = _await_ready(proc, ours, setup_deadline)
         if failure is None:
             failure, out = _collect(proc, start + timeout)
         else:
@@ -354,9 +376,7 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
         seconds = time.perf_counter() - start
     finally:
         _kill_group(proc)
-        for pipe in (proc.stdin, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        ours.close()
         if box.watches is not None:
             overfilled = box.watches.disarm(cwd)
             empty(cwd)  # a judged program needs no files; the next run's cap starts from an empty folder
@@ -378,10 +398,32 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
     return failure, out.decode("utf-8", errors="replace"), seconds
 
 
-def _await_ready(proc: subprocess.Popen[bytes], deadline: float) -> tuple[str | None, float]:
+def _sealed_copy(path: Path) -> int:
+    """A descriptor of ``path``'s bytes in a sealed in-memory file, at offset 0.
+
+    What a program gets as stdin: no path in its sandbox leads to the test case or to the
+    expected output beside it (its link reads ``/memfd:...``), and unlike the test case's own
+    file, opened outside the sandbox's read-only view, it cannot be reopened for writing through
+    ``/proc/self/fd/0`` and rewritten for the runs after it. A file still: programs may seek it
+    or map it."""
+    fd = os.memfd_create("maxcode-stdin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        with open(path, "rb") as source:
+            while chunk := source.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _await_ready(proc: subprocess.Popen[bytes], channel: socket.socket, deadline: float) -> tuple[str | None, float]:
     """(failure or None, the clock's start): wait for the gate's ready line, then let the program go."""
-    assert proc.stderr is not None and proc.stdin is not None
-    ended, said = _read(proc.stderr.fileno(), deadline, until=_READY)
+    ended, said = _read(channel.fileno(), deadline, until=_READY)
     if ended == "timeout":
         return "timeout", time.perf_counter()
     if ended != "found":  # the sandbox failed before the program could start
@@ -393,9 +435,8 @@ def _await_ready(proc: subprocess.Popen[bytes], deadline: float) -> tuple[str | 
         return f"the sandbox did not start it (exit status {proc.returncode}{': ' + what[-1][:200] if what else ''})", time.perf_counter()
     start = time.perf_counter()
     try:
-        proc.stdin.write(b"go\n")
-        proc.stdin.close()
-    except BrokenPipeError:
+        channel.sendall(b"go\n")
+    except OSError:  # the gate is gone: the run's end says why
         pass
     return None, start
 

@@ -7,7 +7,10 @@ test case by test case, round after round (order alternating), so each test case
 workload of ``stats.speedup``: the verdict is the same ratio of medians, the same
 bootstrap interval and the same "faster" rule as for kernels, and a "faster" verdict is
 measured a second time before it stands. ``timer = "instructions"`` counts instructions
-under callgrind instead: deterministic, for noisy machines.
+under callgrind instead: deterministic, for noisy machines. The counts come from the
+candidate's own process, so, as for native kernels, a build that could issue a valgrind client
+request (switch collection off) is rejected by ``scan`` before it runs, and an instruction-count
+"faster" is timed again on the trusted wall clock (``check.counts_against_wall``).
 
 Programs run in a scratch folder with a scrubbed environment and resource limits (memory,
 CPU time, file size, no core dumps) set on them as they start; the source gets the same
@@ -39,11 +42,12 @@ from ..native import program as native
 from ..sandbox.isolation import resolve
 from ..targets.lock import sha256_text
 from ..targets.program import ProgramTarget
-from . import stats
+from . import scan, stats
 from .check import (
     CandidateSpec,
     CheckConfig,
     confirmed,
+    counts_against_wall,
     decide,
     sandbox_warning,
     second_measurement,
@@ -103,7 +107,9 @@ class ProgramOracle:
         cpu = int(config.timeout * (native.VALGRIND_SLOWDOWN if self.timer == "instructions" else 1)) + 5
         memory = config.max_memory if self.timer == "wall" else None  # valgrind reserves far more address space
         self.sandbox = self.isolation.describe()
-        self._sandbox = native.program_sandbox(self.isolation, cpu, memory, readable=(root,))
+        # a program reads nothing but its stdin: the project, and the test cases' expected
+        # outputs above all, are no part of its view (see native.Sandbox)
+        self._sandbox = native.program_sandbox(self.isolation, cpu, memory, hidden=(root, root / program.testcases))
         warning = sandbox_warning(self.isolation)
         if warning:
             print(f"maxcode: warning: {warning}", file=sys.stderr)
@@ -210,6 +216,12 @@ class ProgramOracle:
         if build.binary is None:
             v.status, v.reasons = VerdictStatus.COMPILE_ERROR, [build.error or "the build failed"]
             return v
+        if self.timer == "instructions" and (findings := scan.client_request_findings(build.binary, channel=False)):
+            # it could switch the instruction counter off around its own work
+            v.status = VerdictStatus.REJECTED
+            v.reasons = [f'timer = "instructions": {f}' for f in findings[:3]]
+            v.diagnostics["scan"] = findings
+            return v
         start = time.monotonic()
         for w in self.workloads:  # every test case once, before any timing
             failure, _ = self._run_case(build.binary, w.case)
@@ -217,11 +229,18 @@ class ProgramOracle:
                 self._fail(v, w, failure)
                 v.eval_s = round(time.monotonic() - start, 4)
                 return v
-        self._time(build.binary, v)
-        if v.status == VerdictStatus.FASTER and self.timer == "wall":
-            again = second_measurement(v)
-            self._time(build.binary, again)
-            v = confirmed(v, again, "with fresh runs of both programs")
+        if self.timer == "instructions":
+            self._count(build.binary, v)
+            if v.status == VerdictStatus.FASTER:  # the counts are the candidate's; the clock is ours
+                wall = second_measurement(v)
+                self._time(build.binary, wall)
+                v = counts_against_wall(v, wall, self.config.min_speedup)
+        else:
+            self._time(build.binary, v)
+            if v.status == VerdictStatus.FASTER:
+                again = second_measurement(v)
+                self._time(build.binary, again)
+                v = confirmed(v, again, "with fresh runs of both programs")
         v.eval_s = round(time.monotonic() - start, 4)
         if weak:
             v.reasons += [f"weak check: {r}" for r in weak]
@@ -241,8 +260,8 @@ class ProgramOracle:
             v.diagnostics["mismatch"] = {"test_case": w.case.input.name, "difference": failure[1], "timed": timed}
 
     def _time(self, binary: Path, v: Verdict) -> None:
-        if self.timer == "instructions":
-            return self._count(binary, v)
+        """Wall time of source and candidate, interleaved; with either timer (the instruction
+        timer's cross-check is this)."""
         assert self._source_binary is not None
         samples: dict[str, tuple[list[float], list[float]]] = {w.name: ([], []) for w in self.workloads}
         budget = self.config.time_budget * len(self.workloads)

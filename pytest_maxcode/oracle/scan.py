@@ -193,14 +193,15 @@ def _preamble_findings(elf: _Elf) -> list[str]:
     return found
 
 
-def _import_findings(elf: _Elf) -> list[str]:
+def _import_findings(elf: _Elf, channel: bool = True) -> list[str]:
+    suspicious = {n: why for n, why in SUSPICIOUS_IMPORTS.items() if channel or why != _CHANNEL}
     if elf.imports is None:  # no symbol table: look for the names as strings anywhere (conservative)
-        names = {n for n in SUSPICIOUS_IMPORTS if b"\0" + n.encode() + b"\0" in elf.data}
+        names = {n for n in suspicious if b"\0" + n.encode() + b"\0" in elf.data}
         return [f"mentions {n} (no symbol table to tell an import from a string): {SUSPICIOUS_IMPORTS[n]}" for n in sorted(names)]
     found = []
     for base in sorted({name.split("@", 1)[0] for name in elf.imports}):  # .symtab spells versions in
-        if base in SUSPICIOUS_IMPORTS:
-            found.append(f"imports {base}: {SUSPICIOUS_IMPORTS[base]}")
+        if base in suspicious:
+            found.append(f"imports {base}: {suspicious[base]}")
         elif any(part in base.lower() for part in _VALGRIND_NAME_PARTS) or base.startswith("_vg"):
             found.append(f"imports {base}: a valgrind or timer symbol, a client request one call away")
         elif base.startswith(("Py", "_Py")):
@@ -211,18 +212,22 @@ def _import_findings(elf: _Elf) -> list[str]:
     return found
 
 
-def client_request_findings(path: str | Path) -> list[str]:
-    """One short reason per way the library at ``path`` could issue a valgrind client
-    request (or hide work from callgrind); empty when none is found.
+def client_request_findings(path: str | Path, *, channel: bool = True) -> list[str]:
+    """One short reason per way the library (or program) at ``path`` could issue a valgrind
+    client request (or hide work from callgrind); empty when none is found.
+
+    ``channel=False`` leaves out direct writes to descriptors, which matter where a worker
+    reports its counts on one: a program's counts are written by callgrind itself, which keeps
+    its descriptors from the program, and a program's writes to stdout are its output.
 
     Raises ValueError when ``path`` is not an ELF file. A file whose headers do not parse is
     a finding, not an error: the scan cannot vouch for it."""
     data = Path(path).read_bytes()
     if data[:4] != ELF_MAGIC:
-        raise ValueError(f"{path} is not an ELF file; pass the shared library g++ built from the candidate")
+        raise ValueError(f"{path} is not an ELF file; pass the shared library or program g++ built from the candidate")
     try:
         elf = _parse(data)
     except (struct.error, IndexError, ValueError) as e:
         elf = _Elf(data, [], None)
-        return [f"malformed ELF headers ({e}); the scan cannot vouch for it"] + _preamble_findings(elf) + _import_findings(elf)
-    return _preamble_findings(elf) + _import_findings(elf)
+        return [f"malformed ELF headers ({e}); the scan cannot vouch for it"] + _preamble_findings(elf) + _import_findings(elf, channel)
+    return _preamble_findings(elf) + _import_findings(elf, channel)

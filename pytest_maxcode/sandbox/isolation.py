@@ -54,7 +54,9 @@ WHAT = {
 }
 NOT_ENFORCED = {
     "bwrap": (),
-    "unshare": ("compilers see the whole filesystem (install bubblewrap: an #include could quote any file of this user)",),
+    "unshare": ("compilers see the whole filesystem (install bubblewrap: an #include could quote any file of this user)",
+                ("C++ programs see the whole filesystem but their test cases (install bubblewrap: a copy of the expected "
+                 "outputs elsewhere, such as in the project's git history, stays readable)")),
     "none": ("no namespaces: the candidate sees the network, every process and every file of this user",),
 }
 #: what a compiler sees of the system under ``view="toolchain"``, besides the interpreter, this
@@ -192,15 +194,17 @@ def _isolation(kind: str, reason: str) -> Isolation:
 
 def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], readable: Sequence[Path] = (),
                     devices: Sequence[Path] = (), mounts: Sequence[tuple[Path, Path]] = (), view: str = "all",
-                    scratch: int | None = Limits.scratch_bytes) -> list[str]:
-    """Eight parameters because they are :func:`prepare`'s mounts, passed on; ``scratch`` sizes each private tmpfs."""
+                    scratch: int | None = Limits.scratch_bytes, hidden: Sequence[Path] = ()) -> list[str]:
+    """Nine parameters because they are :func:`prepare`'s mounts, passed on; ``scratch`` sizes each private tmpfs."""
     if kind == "none":
         return []
+    hidden = _coverable(hidden, [job_dir, *extra_writable, *readable])
     if kind == "unshare":
         writable = [str(p) for p in (job_dir, *extra_writable) if str(p) != "/"]
+        covered = [str(p) for p in (*hidden, *_credentials())]
         return ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc",
                 "--net", "--ipc", "--uts", f"--wd={job_dir}", "--", "/bin/sh", "-c", _READ_ONLY_VIEW, "maxcode-view",
-                f"size={scratch},mode=1777" if scratch else "mode=1777", *writable, "--", *map(str, _credentials()), "--"]
+                f"size={scratch},mode=1777" if scratch else "mode=1777", *writable, "--", *covered, "--"]
     # no capability inside: run as root, bwrap would otherwise leave the sandbox all of root's,
     # and one remount makes the read-only view writable (the project, the store, the system)
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
@@ -212,9 +216,10 @@ def _namespace_argv(kind: str, job_dir: Path, extra_writable: Sequence[Path], re
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for path in PRIVATE_TMPFS:
         argv += [*size, "--tmpfs", path]
-    for path in (_beside_the_system(readable) if view == "toolchain" else _hidden_by_tmpfs(readable)):
+    binds = _beside_the_system(readable) if view == "toolchain" else _hidden_by_tmpfs(readable)
+    for path in binds:
         argv += ["--ro-bind", str(path), str(path)]
-    for path in _credentials():  # after the binds above: one of them may hold the home folder
+    for path in [*(h for h in hidden if _in_view(h, view, binds)), *_credentials()]:  # after the binds above: one may hold the home folder
         if path.is_dir():
             argv += ["--tmpfs", str(path)]
         else:
@@ -279,6 +284,26 @@ def _toolchain_paths() -> list[Path]:
     paths = [*_interpreter_paths(), Path(__file__).resolve().parents[1]]
     # a relative entry ("." on PATH) would name the folder maxcode runs in: the project
     return paths + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]
+
+
+def _coverable(hidden: Sequence[Path], needed: Sequence[Path]) -> list[Path]:
+    """The existing folders among ``hidden`` that hold none of the ``needed`` ones: a cover over
+    one that did would take away what the command must read or write. Links resolved: the
+    cover goes over the folder itself."""
+    need = [Path(os.path.realpath(p)) for p in needed if str(p) != "/"]
+    folders = [Path(os.path.realpath(p)) for p in hidden if os.path.isdir(p)]
+    return [h for h in folders if not any(n.is_relative_to(h) for n in need)]
+
+
+def _in_view(path: Path, view: str, binds: Sequence[Path]) -> bool:
+    """Whether bwrap's view shows ``path`` (resolved): under a folder bound into it, or under the
+    system's folders (``toolchain``) or the root (``all``) but not on a private tmpfs. A cover of a
+    folder it does not show would make that folder and its parents, on a writable tmpfs."""
+    if any(path.is_relative_to(os.path.realpath(b)) for b in binds):
+        return True
+    if any(path.is_relative_to(t) for t in PRIVATE_TMPFS):
+        return False
+    return view != "toolchain" or any(path.is_relative_to(os.path.realpath(v)) for v in TOOLCHAIN_VIEW if os.path.exists(v))
 
 
 def _hidden_by_tmpfs(paths: Sequence[Path]) -> list[Path]:
@@ -535,7 +560,7 @@ class Sandboxed:
 def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Limits = Limits(),
             extra_writable: Sequence[Path] = (), readable: Sequence[Path] = (), devices: Sequence[Path] = (),
             mounts: Sequence[tuple[Path, Path]] = (), use_cgroups: bool = True, view: str = "all",
-            cgroups: Cgroups | None = None) -> Sandboxed:
+            cgroups: Cgroups | None = None, hidden: Sequence[Path] = ()) -> Sandboxed:
     """The command line that runs ``argv`` inside the sandbox, with its limits.
 
     ``readable``: folders the command must read that the sandbox's private ``/tmp`` would
@@ -547,7 +572,10 @@ def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Li
     only the system's toolchain folders (:data:`TOOLCHAIN_VIEW`), the interpreter, this package,
     PATH and ``readable`` are seen, not the whole filesystem. ``cgroups``: ones made once by the
     caller (:meth:`Cgroups.make`) for many such commands, joined instead of new ones (a write of
-    the pid, well under a millisecond), and left for the caller to clean up.
+    the pid, well under a millisecond), and left for the caller to clean up. ``hidden``: folders
+    the command must not read (a program's expected outputs), covered by an empty tmpfs like the
+    credentials, under ``unshare`` too, which cannot narrow the view otherwise; one that holds
+    the job folder, a writable or a ``readable`` folder stays visible.
 
     Start it in a new session (``start_new_session=True``) and kill its process group (or,
     under a namespace, its root process: the PID namespace goes with it); then call
@@ -562,7 +590,7 @@ def prepare(argv: Sequence[str], isolation: Isolation, job_dir: Path, limits: Li
     seen = _toolchain_paths() if view == "toolchain" else _runtime_paths()
     readable = [*readable, *seen, *([Path(argv[0]).parent] if argv and os.path.isabs(argv[0]) else [])]
     inner = _namespace_argv(isolation.kind, job_dir, extra_writable, readable, devices, mounts, view,
-                            limits.scratch_bytes) + list(argv)
+                            limits.scratch_bytes, hidden) + list(argv)
     if isolation.kind == "none":
         setup.append(f"cd '{job_dir}'")
     return Sandboxed(["/bin/sh", "-c", _STARTER, "maxcode-sandbox", *setup, "--", *inner], isolation, own)
