@@ -122,7 +122,7 @@ def test_a_chain_of_forks_that_outruns_the_stop_is_reported(tmp_path: Path) -> N
 def test_without_a_freezer_a_candidate_that_outruns_the_stop_is_rejected(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # as on a machine where no freezer cgroup is writable: the oracle stops the sandbox by signals
-    monkeypatch.setattr(isolation.Cgroups, "freeze", lambda self, frozen: False)
+    monkeypatch.setattr(isolation.Cgroups, "freeze", lambda self, frozen, **how: False)
     shutil.copy(DATA / "attacks" / "ref.py", tmp_path / "ref.py")
     shutil.copy(DATA / "stop" / "outrun_stop.cpp", tmp_path / "outrun_stop.cpp")
     shutil.copy(DATA / "attacks" / "honest.cpp", tmp_path / "honest.cpp")
