@@ -15,9 +15,7 @@ publish after it was verified.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from typing import Any
 from .oracle.stats import runs_speedup
 from .sandbox.env import scrubbed_env
 from .sandbox.isolation import Limits, prepare, resolve
+from .sandbox.stop import kill_group
 
 RERUN_TIMEOUT = 1800
 #: reference and candidate runs of the user's benchmarks, alternating: one pair of runs can
@@ -83,7 +82,7 @@ def run_tests(root: Path, nodeids: list[str], env_extra: dict[str, str], target_
             try:
                 stdout, stderr = proc.communicate(timeout=RERUN_TIMEOUT)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # its root: the sandbox's PID namespace goes with it
+                kill_group(proc)
                 proc.communicate()
                 return TestRun(False, f"the re-run did not finish within {RERUN_TIMEOUT} s")
         finally:

@@ -22,7 +22,6 @@ import platform
 import random
 import select
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from ..bot.compare import (
     threshold_for,
 )
 from ..errors import MaxcodeError
+from ..sandbox.stop import kill_group
 from ..tables import DEFAULT_RUNS
 from .history import Processes
 
@@ -246,7 +246,7 @@ class _Runs:
         try:
             self.server.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            _kill_group(self.server)
+            kill_group(self.server)
 
     def run(self, out: Path, timeout_s: float, share: float | None) -> None:
         """One pytest process; ``share``: its part of pytest-benchmark's default second per
@@ -277,7 +277,7 @@ class _Runs:
             pass  # it has gone: its log says why, below
         ready, _, _ = select.select([server.stdout], [], [], timeout_s)
         if not ready:
-            _kill_group(server)
+            kill_group(server)
             raise self._too_slow(timeout_s)
         answer = server.stdout.readline()
         if not answer:
@@ -300,12 +300,6 @@ class _Runs:
 
     def _too_slow(self, timeout_s: float) -> MaxcodeError:
         return MaxcodeError(f"bench-ab: the {self.side}'s benchmarks did not finish within {timeout_s:.0f} s")
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 def _last_line(path: Path) -> str:

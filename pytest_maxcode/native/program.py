@@ -32,6 +32,7 @@ from ..errors import MaxcodeError
 from ..sandbox.disk import RunWatches, empty
 from ..sandbox.env import scrubbed_env
 from ..sandbox.isolation import Cgroups, Isolation, Limits, prepare
+from ..sandbox.stop import kill_group
 
 __all__ = [
     "Build",
@@ -375,7 +376,9 @@ def run_program(cmd: Sequence[str], stdin: Path, timeout: float, cwd: Path,
             out = b""
         seconds = time.perf_counter() - start
     finally:
-        _kill_group(proc)
+        kill_group(proc)
+        if proc.stdout:
+            proc.stdout.close()
         ours.close()
         if box.watches is not None:
             overfilled = box.watches.disarm(cwd)
@@ -488,16 +491,6 @@ def _read(fd: int, deadline: float, *, until: bytes | None = None) -> tuple[str,
                 return "cap", b""
             if until is not None and until in b"".join(chunks):
                 return "found", b"".join(chunks)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-    if proc.stdout:
-        proc.stdout.close()
 
 
 def judged_run(cmd: Sequence[str], test: TestCase, timeout: float, cwd: Path, sandbox: Sandbox | None = None,

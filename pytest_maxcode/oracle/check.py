@@ -681,11 +681,8 @@ class Oracle:
                 findings = scan.client_request_findings(build_mod.verified_library(built))
             except build_mod.IntegrityError as e:
                 findings = [str(e)]
-            if findings:  # it could switch the instruction counter off around its own work
-                v.status = VerdictStatus.REJECTED
-                v.reasons = [f"--timer instructions: {f}" for f in findings[:3]]
-                v.diagnostics["scan"] = findings
-                return v
+            if findings:
+                return scan_rejected(v, findings, "--timer instructions")
         self._run(cand, built, v)
         if v.status == VerdictStatus.FASTER and self.config.timer == "instructions":
             v = self._cross_check_wall(cand, v)
@@ -1023,12 +1020,9 @@ class Oracle:
             v.status, v.reasons = VerdictStatus.REJECTED, [why]
             return
         self._decide(v, sp)
-        rounds = min(d["rounds"] for d in wl_diag.values())
+        rounds = _rounds(v)
         if v.status == VerdictStatus.FASTER and rounds < timing.FASTER_ROUNDS:
-            v.status = VerdictStatus.NOT_FASTER
-            v.diagnostics["undecided"] = True
-            v.reasons = [f"{v.reasons[0].replace(' clears ', ' would clear ')}, but over {rounds} rounds only "
-                         f"(a faster verdict needs {timing.FASTER_ROUNDS}; no more fitted in the time budget)"]
+            _hold(v, f"over {rounds} rounds only (a faster verdict needs {timing.FASTER_ROUNDS}; no more fitted in the time budget)")
         if self.device == "cuda":
             # measured on an H200: 64 MiB took 1.2 ms to reach the host, the eager chain's kernels 0.19 ms
             v.diagnostics["host_copy_bytes_per_call"] = max(w.in_bytes if self.config.inplace else w.out_bytes
@@ -1216,20 +1210,32 @@ def combined_blocks(blocks: list[Verdict], min_speedup: float, *, device: str, w
     decide(last, sp, min_speedup, device=device, timer="time", width_rule=False)
     rounds = sum(_rounds(b) for b in used)
     if last.status == VerdictStatus.FASTER and rounds < timing.FASTER_ROUNDS:
-        last.status = VerdictStatus.NOT_FASTER
-        last.diagnostics["undecided"] = True
-        last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but over {rounds} rounds in "
-                        f"{len(used)} blocks only (a faster verdict needs {timing.FASTER_ROUNDS}){loaded}"]
+        _hold(last, f"over {rounds} rounds in {len(used)} blocks only (a faster verdict needs {timing.FASTER_ROUNDS}){loaded}")
     elif last.status == VerdictStatus.FASTER and spread > DISAGREE and sp.low < 1.5 * min_speedup:
         # blocks far apart whose interval reaches down near the bar: which one is the kernel?
         # (far above it, every block clears the bar and the wide interval says the rest)
-        last.status = VerdictStatus.NOT_FASTER
-        last.diagnostics["undecided"] = True
-        last.reasons = [f"{last.reasons[0].replace(' clears ', ' would clear ')}, but its {len(used)} blocks disagree "
-                        f"({points}: {spread:.3g}x apart): too noisy to tell{_set_aside(blocks, used)}{loaded}"]
+        _hold(last, f"its {len(used)} blocks disagree ({points}: {spread:.3g}x apart): too noisy to tell"
+                    f"{_set_aside(blocks, used)}{loaded}")
     else:
         last.reasons = [f"{last.reasons[0]}, over {len(used)} blocks in fresh processes ({points}){_set_aside(blocks, used)}{loaded}"]
     return last
+
+
+def scan_rejected(v: Verdict, findings: list[str], timer: str) -> Verdict:
+    """``v`` rejected for what the scan found in its build: under the instruction timer
+    (``timer``, as the user spelt it) it could switch the counter off around its own work."""
+    v.status = VerdictStatus.REJECTED
+    v.reasons = [f"{timer}: {f}" for f in findings[:3]]
+    v.diagnostics["scan"] = findings
+    return v
+
+
+def _hold(v: Verdict, but: str) -> None:
+    """A "faster" that cannot stand: not faster and undecided, its reason saying what it would
+    have cleared, ``but`` why it does not."""
+    v.status = VerdictStatus.NOT_FASTER
+    v.diagnostics["undecided"] = True
+    v.reasons = [f"{v.reasons[0].replace(' clears ', ' would clear ')}, but {but}"]
 
 
 def _rounds(v: Verdict) -> int:
@@ -1314,10 +1320,7 @@ def confirmed(first: Verdict, again: Verdict, where: str) -> Verdict:
         # two measurements whose intervals lie far apart disagree: something in one of them (a
         # process, a burst of load) was not the kernel, and neither number can be quoted (a few
         # percent apart is the usual offset between two pairs of processes, not a disagreement)
-        again.status = VerdictStatus.NOT_FASTER
-        again.diagnostics["undecided"] = True
-        again.reasons = [f"{again.reasons[0].replace(' clears ', ' would clear ')}, but the first measurement "
-                         f"({first.reasons[0]}) lies far from it {where}: the two disagree, too noisy to decide"]
+        _hold(again, f"the first measurement ({first.reasons[0]}) lies far from it {where}: the two disagree, too noisy to decide")
         return again
     if again.status == VerdictStatus.FASTER:
         again.reasons = [f"{again.reasons[0]}, confirmed by a second measurement {where} (the first measured {first.reasons[0]})"]

@@ -50,6 +50,7 @@ from .check import (
     counts_against_wall,
     decide,
     sandbox_warning,
+    scan_rejected,
     second_measurement,
 )
 
@@ -217,11 +218,7 @@ class ProgramOracle:
             v.status, v.reasons = VerdictStatus.COMPILE_ERROR, [build.error or "the build failed"]
             return v
         if self.timer == "instructions" and (findings := scan.client_request_findings(build.binary, channel=False)):
-            # it could switch the instruction counter off around its own work
-            v.status = VerdictStatus.REJECTED
-            v.reasons = [f'timer = "instructions": {f}' for f in findings[:3]]
-            v.diagnostics["scan"] = findings
-            return v
+            return scan_rejected(v, findings, 'timer = "instructions"')
         start = time.monotonic()
         for w in self.workloads:  # every test case once, before any timing
             failure, _ = self._run_case(build.binary, w.case)

@@ -197,7 +197,7 @@ def _import_findings(elf: _Elf, channel: bool = True) -> list[str]:
     suspicious = {n: why for n, why in SUSPICIOUS_IMPORTS.items() if channel or why != _CHANNEL}
     if elf.imports is None:  # no symbol table: look for the names as strings anywhere (conservative)
         names = {n for n in suspicious if b"\0" + n.encode() + b"\0" in elf.data}
-        return [f"mentions {n} (no symbol table to tell an import from a string): {SUSPICIOUS_IMPORTS[n]}" for n in sorted(names)]
+        return [f"mentions {n} (no symbol table to tell an import from a string): {suspicious[n]}" for n in sorted(names)]
     found = []
     for base in sorted({name.split("@", 1)[0] for name in elf.imports}):  # .symtab spells versions in
         if base in suspicious:

@@ -524,7 +524,8 @@ class _Rounds:
         notes = [] if self.all_fresh else ["timed on the pooled input sets: the reference's input generator did not fit"]
         disturbed = len(set_aside["ref"])
         round_notes, counted = rounds_notes(r, disturbed, cfg.min_rounds)
-        share = sum(samples["cand"] + set_aside["cand"]) / max(1, sum(samples["cand"] + set_aside["cand"] + samples["ref"] + set_aside["ref"]))
+        cand_ns = sum(samples["cand"]) + sum(set_aside["cand"])
+        share = cand_ns / max(1, cand_ns + sum(samples["ref"]) + sum(set_aside["ref"]))
         if own_disturbance(alone["cand"], alone["ref"], share):
             round_notes = [f"the candidate's server was kept waiting alone in {alone['cand']} rounds, the reference's in "
                            f"{alone['ref']}, for {share:.0%} of the time timed: its own threads held its core, so every "

@@ -11,8 +11,10 @@ to be frozen, and :attr:`SignalFreeze.ran` says so; the trusted side rejects the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
 
 #: states of a process that runs no more: stopped, traced, zombie, dead
@@ -103,3 +105,11 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except OSError:
         pass
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill the process group ``proc`` leads (started with ``start_new_session``) and reap
+    ``proc``: under a namespace its root, so the sandbox's PID namespace goes with it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
