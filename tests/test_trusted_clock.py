@@ -3,13 +3,17 @@ slots and the doorbell, and the freezer that stops a sandbox while the reference
 
 from __future__ import annotations
 
+import bisect
 import os
 import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -297,3 +301,137 @@ def test_a_reply_to_a_worker_that_died_is_a_crash_not_an_error() -> None:
     with pytest.raises(ChildGone, match="input set 0"):
         for _ in range(64):  # the first writes may still fit the pipe's buffer
             job.send("ok", padding="x" * 4096)
+
+
+ATTACKS = Path(__file__).parent / "data" / "attacks"
+
+
+def test_no_candidate_instruction_runs_before_its_clock_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thaw wakes the sandbox's threads one by one, and a candidate that starts on its inputs
+    the moment it is thawed (c21: 200 idle threads to make the thaw long, a serve loop that does
+    not wait for the bell) must still find its clock running: every wake it notes, by the same
+    clock, is inside the interval of the call it served. (With the clock read after the thaw, c21
+    woke 0.3 to 3.7 ms before its clock in 4 of about 100 rounds on the 2-core VM.)"""
+    from pytest_maxcode.oracle.check import CandidateSpec, CheckConfig, Oracle
+    from pytest_maxcode.oracle.reference import parse_reference
+
+    shutil.copy(ATTACKS / "ref.py", tmp_path / "ref.py")
+    shutil.copy(ATTACKS / "c21_thaw_race.cpp", tmp_path / "c21.cpp")
+    calls: list[tuple[int, int]] = []
+    wakes: list[int] = []
+    real_timed, real_workload = timing._Side.timed, timing.time_workload
+
+    def timed(self: timing._Side, *args: Any, **kwargs: Any) -> Any:
+        out = real_timed(self, *args, **kwargs)
+        if self.name == "candidate":
+            calls.append((self.started, self.started + out[0]))
+        return out
+
+    def workload(*args: Any, **kwargs: Any) -> timing.WorkloadTiming:
+        try:
+            return real_workload(*args, **kwargs)
+        finally:
+            # the job's own folder (a fresh one under the sandbox's, for the job's lifetime)
+            for notes in Path(o.zygote.job_dir).glob("maxcode-job-*/c21_wakes"):  # type: ignore[union-attr, arg-type]
+                wakes.extend(int(line) for line in notes.read_text().split())
+                notes.unlink()
+
+    monkeypatch.setattr(timing._Side, "timed", timed)
+    monkeypatch.setattr(timing, "time_workload", workload)
+    ref = parse_reference(str(tmp_path / "ref.py"))
+    with Oracle(ref, CheckConfig(time_budget=0.3, timeout=60), tmp_path) as o:
+        v = o.check([CandidateSpec.from_path(tmp_path / "c21.cpp")])[0]
+    assert v.status != "faster", v.reasons
+    assert len(wakes) >= 20, (v.status, v.reasons)  # it was timed, its patch in force
+    starts = [a for a, _ in calls]
+    early = []
+    for woke in wakes:
+        i = bisect.bisect_right(starts, woke) - 1
+        if i < 0 or woke > calls[i][1]:
+            early.append(starts[min(i + 1, len(starts) - 1)] - woke)
+    assert not early, f"{len(early)} of {len(wakes)} wakes before their clock started (ns before: {sorted(early)[:5]})"
+
+
+def _until(ready: Any, seconds: float = 10.0) -> bool:
+    end = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_the_keeper_spins_at_idle_policy_on_its_core() -> None:
+    """The keeper only takes a core nothing else wants: at SCHED_IDLE any thread of the
+    sandbox's (or the reference's) preempts it at once."""
+    from pytest_maxcode.oracle import keeper
+
+    cpu = min(os.sched_getaffinity(0))
+    k = keeper.Keeper(cpu)
+    try:
+        assert k.proc is not None
+        assert _until(lambda: os.sched_getscheduler(k.proc.pid) == os.SCHED_IDLE)  # type: ignore[union-attr]
+        assert os.sched_getaffinity(k.proc.pid) == {cpu}
+    finally:
+        k.stop()
+    assert not k.alive
+
+
+@needs_freezer
+def test_the_keeper_starts_the_clock_before_it_thaws_and_a_passed_over_keeper_never_thaws() -> None:
+    """The keeper's clock reading comes before the sandbox runs again; a keeper that cannot take
+    its round in time is passed over (the timer thaws), and when it runs again later it thaws
+    nothing: the sandbox, frozen again meanwhile, stays frozen."""
+    from pytest_maxcode.oracle import keeper
+
+    cg = isolation.Cgroups.make(isolation.Limits(memory=None, pids=None, freezable=True))
+    folder = cg.folders["freezer"]
+    proc = subprocess.Popen(["/bin/sh", "-c", f"echo $$ > {folder / 'cgroup.procs'}; exec sleep 600"], start_new_session=True)
+    state = cg.freezer_state()
+    assert state is not None
+    frozen_text = "frozen 1" if state[0].endswith("cgroup.freeze") else "FROZEN"
+    events = folder / ("cgroup.events" if state[0].endswith("cgroup.freeze") else "freezer.state")
+    thaws: list[int] = []
+
+    def thawer() -> Any:
+        thaw = cg.thaw_call()
+        assert thaw is not None
+
+        def by_timer() -> None:
+            thaws.append(time.perf_counter_ns())
+            thaw()
+
+        return by_timer
+
+    def frozen() -> bool:
+        return frozen_text in events.read_text().splitlines()
+
+    k = keeper.Keeper(min(os.sched_getaffinity(0)))
+    try:
+        assert _until(lambda: str(proc.pid) in (folder / "cgroup.procs").read_text().split())
+        assert cg.freeze(True) and frozen()
+        asked = time.perf_counter_ns()
+        start = k.thaw_by(state, thawer)
+        t0 = start()
+        start.finish(True)
+        assert asked <= t0 <= time.perf_counter_ns()
+        assert _until(lambda: not frozen())
+        assert k.took + k.passed == 1 and len(thaws) == k.passed  # under load it may be passed over
+
+        assert _until(lambda: k.words[keeper.LEFT] == k.token)  # it left that round
+        assert cg.freeze(True)
+        os.kill(k.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        start = k.thaw_by(state, thawer)
+        passed = k.passed
+        start()
+        start.finish(True)
+        assert k.passed == passed + 1 and _until(lambda: not frozen())
+        assert cg.freeze(True)
+        os.kill(k.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        assert _until(lambda: k.words[keeper.LEFT] == k.token)  # it ran, and left the round it missed
+        time.sleep(0.1)
+        assert frozen() and k.alive
+    finally:
+        k.stop()
+        cg.cleanup()
+        proc.wait(timeout=30)

@@ -941,7 +941,7 @@ class Oracle:
                 server.deadline = child.deadline
                 before = load_mod.read()
                 t = timing.time_workload(timing.TimedWorkload(w.name, w.in_meta, w.out_meta, len(w.expected), w.fresh),
-                                         server, child, self.zygote.freeze, cfg, lambda: child.deadline)
+                                         server, child, self.zygote, cfg, lambda: child.deadline)
             except timing.TimingRejected as e:
                 v.status, v.reasons = e.status, [str(e)]
                 if e.details:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Iterator
 
 import torch
@@ -91,6 +92,10 @@ class CappedReader(threading.Thread):
 
     def text(self) -> str:
         return self.kept.decode(errors="replace")
+
+
+def _nothing() -> None:
+    """The thaw of a sandbox that is not running (or was never frozen)."""
 
 
 def load_child_message(data: bytes) -> Event:
@@ -454,18 +459,39 @@ class Zygote:
 
         The trusted side freezes the candidates' sandbox whenever it is not serving a timed
         call: nothing of it can run while the reference is timed or its outputs are read.
-        ``wait=False`` does not read the cgroup's state back (a thaw right before the clock starts).
+        ``wait=False`` does not read the cgroup's state back.
         """
         if self._box is not None and self._box.cgroups.freeze(frozen, wait=wait):
             return
         if self.proc is None:
             return
+        if frozen:
+            self._signal_freeze().stop()
+        else:
+            self._signal_freeze().resume()
+
+    def thawer(self) -> Callable[[], None]:
+        """Everything of a resume but its last step, done now; the call it returns makes the thaw.
+
+        The trusted clock starts between the two (oracle/timing.py): a thaw wakes the sandbox's
+        threads one by one, and one woken before the clock started could work untimed."""
+        if self._signals is not None and self._signals.stopped:
+            return self._signals.resumer()
+        thaw = self._box.cgroups.thaw_call() if self._box is not None else None
+        return thaw if thaw is not None else _nothing
+
+    def freezer_state(self) -> tuple[str, bytes, bytes] | None:
+        """The freezer cgroup's state file and its thaw and freeze values, when the sandbox is
+        frozen through one (the keeper thaws it with a write of its own: oracle/keeper.py)."""
+        if self._box is None or (self._signals is not None and self._signals.stopped):
+            return None
+        return self._box.cgroups.freezer_state()
+
+    def _signal_freeze(self) -> SignalFreeze:
+        assert self.proc is not None
         if self._signals is None or self._signals.root != self.proc.pid:
             self._signals = SignalFreeze(self.proc.pid)
-        if frozen:
-            self._signals.stop()
-        else:
-            self._signals.resume()
+        return self._signals
 
     def ran_while_frozen(self) -> str | None:
         """What of the sandbox ran while it was to be frozen since the last call (without a

@@ -28,6 +28,7 @@ import torch
 
 from ..model.strenum import PlainStrEnum
 from ..native import callpath
+from . import keeper as keeper_mod
 from . import stats
 from .compare import Mismatch, compare
 from .pool import ChildGone, Job, JobTimeout, WorkerFailed
@@ -61,9 +62,18 @@ THAW_NS = 80_000
 
 
 class Freeze(Protocol):
-    """Stops (``True``) or resumes the candidate's sandbox; ``wait=False``: without reading back."""
+    """Stops and resumes the candidate's sandbox (the oracle's ``Zygote``)."""
 
-    def __call__(self, frozen: bool, *, wait: bool = True) -> None: ...
+    def freeze(self, frozen: bool, *, wait: bool = True) -> None:
+        """Stop, or resume, the whole sandbox; ``wait=False``: without reading the state back."""
+
+    def thawer(self) -> Callable[[], None]:
+        """Everything of a resume but its last step, done now; the call returned makes the thaw
+        (the clock starts between the two)."""
+
+    def freezer_state(self) -> tuple[str, bytes, bytes] | None:
+        """The freezer cgroup's state file and its thaw and freeze values (for the keeper); None
+        when the sandbox is not frozen through one."""
 
 
 @dataclass(frozen=True)
@@ -277,6 +287,12 @@ class _Side:
         #: whether the last timed call was disturbed (see RunDelay)
         self.disturbed = False
         self._view: memoryview | None = None  # the region as int64 words, for small probes
+        #: the clock's reading at the start of the last timed call (ns)
+        self.started = 0
+        #: the serving process's pid here (after :meth:`watch`), and whether its thaws may go
+        #: through a keeper (oracle/keeper.py: with a core of the timer's own)
+        self.host: int | None = None
+        self.keep = False
 
     def words(self) -> memoryview:
         if self._view is None:
@@ -294,7 +310,7 @@ class _Side:
         """Start (or refresh: threads appear on first use) the run-delay accounting of this
         side's serving process and of the timer's thread."""
         self.delay.close()
-        host = self.job.zygote.host_pid(self.job.pid)
+        self.host = host = self.job.zygote.host_pid(self.job.pid)
         self.delay = RunDelay([host] if host else [])
 
     def timed(self, n: int, part: str, spin_s: float, probe: torch.Tensor, stage: Callable[[], None],
@@ -303,19 +319,35 @@ class _Side:
         ``probe``: ns from ring to read, and what was read.
 
         With ``freeze`` (the candidate's side) the server is armed before its inputs exist,
-        frozen while they are written, and thawed right before the clock starts: a server
-        that armed after its inputs were written could compute them for as long as it liked
-        before it armed, untimed. Its wake-up from the freeze is inside its interval, and
-        against it."""
+        frozen while they are written, and thawed after the clock has started: a server that
+        armed after its inputs were written could compute them for as long as it liked before
+        it armed, untimed, and a thaw wakes the sandbox's threads one by one (680 µs for 200
+        threads under cgroup v2), so the first one woken could start on its inputs before a
+        clock read after the thaw. What the thaw costs is in its interval, against it."""
         with _side(self.name):
             if freeze is None:
                 stage()
                 self._arm(n)
-            else:
-                self._arm(n)
-                freeze(True)
+                return self._ring(n, part, spin_s, probe, None)
+            self._arm(n)
+            freeze.freeze(True)
+            start = self._thaw(freeze)
+            answered = False
+            try:
                 stage()
-            return self._ring(n, part, spin_s, probe, freeze)
+                out = self._ring(n, part, spin_s, probe, start)
+                answered = True
+                return out
+            finally:
+                start.finish(answered)
+
+    def _thaw(self, freeze: Freeze) -> keeper_mod.Thaw:
+        """How this round's thaw is made: by the keeper of the server's core where there is one."""
+        state = freeze.freezer_state() if self.keep and self.host else None
+        cpu = keeper_mod.last_cpu(self.host) if state is not None and self.host else None
+        if state is None or cpu is None:
+            return keeper_mod.Thaw(freeze.thawer)
+        return keeper_mod.keeper(cpu).thaw_by(state, freeze.thawer)
 
     def _arm(self, n: int) -> None:
         ctl = self.region.ctl
@@ -329,7 +361,7 @@ class _Side:
         self._wait(shm.ARMED, lambda: ctl[shm.ARMED] == rnd, spin_s=shm.SPIN_S)
 
     def _ring(self, n: int, part: str, spin_s: float, probe: torch.Tensor,
-              freeze: Freeze | None) -> tuple[int, torch.Tensor | list[int]]:
+              start: keeper_mod.Thaw | None) -> tuple[int, torch.Tensor | list[int]]:
         region = self.region
         ctl, base = region.ctl, region.base
         token = secrets.randbits(63) | 1
@@ -340,11 +372,16 @@ class _Side:
             first = region.layout["bounds"][part][0] // 8
             small = [first + i for i in probe.tolist()]
         d0 = self.delay()
-        if freeze is not None:
-            freeze(False, wait=False)  # the kernel thaws it within the write: no time to read back
-        t0 = _NOW()
-        ctl[shm.DOORBELL] = token
-        shm.notify(ctl, base, shm.DOORBELL)
+        if start is not None:
+            # rung while it is frozen (it sees the bell when thawed); the clock starts, then the thaw
+            ctl[shm.DOORBELL] = token
+            shm.notify(ctl, base, shm.DOORBELL)
+            t0 = start()
+        else:
+            t0 = _NOW()
+            ctl[shm.DOORBELL] = token
+            shm.notify(ctl, base, shm.DOORBELL)
+        self.started = t0
         # spinning, not sleeping: a wake-up inside the interval would cost a time slice on a
         # loaded machine (the servers leave this process a core of its own)
         self._wait(shm.DONE, lambda: ctl[shm.DONE] == token, spin_s=spin_s)
@@ -355,7 +392,7 @@ class _Side:
         waited = self.delay() - d0
         # a thawed server first waits for its core to wake (tens of µs on a VM): that is not
         # other work taking the core
-        allowed = DISTURBED_NS + (THAW_NS if freeze is not None else 0)
+        allowed = DISTURBED_NS + (THAW_NS if start is not None else 0)
         self.disturbed = waited > max(allowed, DISTURBED_SHARE * (t1 - t0))
         if ctl[shm.FAILED]:
             self._failed()
@@ -431,10 +468,12 @@ def time_workload(w: TimedWorkload, ref_job: Job, cand_job: Job, freeze: Freeze,
         # DIRECT_OUT_BYTES; larger outputs are allocated afresh each call, as the dispatcher's
         # callers pay); else both sides copy their results inside the interval
         direct = cfg.native and cfg.device == "cpu" and _slot_bytes(outs) <= DIRECT_OUT_BYTES
+        cand.keep = cfg.cores.timer is not None
+        cand.watch()  # its serving process's pid, for the keeper (watched again once warm)
         pinned = _map(ref, fds[0], direct)
-        freeze(False)
+        freeze.freeze(False)
         pinned_cand = _map(cand, fds[1], direct)
-        freeze(True)
+        freeze.freeze(True)
         rounds = _Rounds(w, ref, cand, freeze, cfg)
         try:
             with cfg.cores.timing():
@@ -583,11 +622,11 @@ class _Rounds:
                     side.region.span("out", n).fill_(0xFF)
 
             if who == "cand":
-                self.freeze(False)
+                self.freeze.freeze(False)
                 try:
                     times[who], seen = cand.timed(n, self.part, self.spin_s, probe, stage, self.freeze)
                 finally:
-                    self.freeze(True)
+                    self.freeze.freeze(True)
             else:
                 times[who], _ = ref.timed(n, self.part, self.spin_s, probe, stage)
         # the reference's worker writes the next inputs while this round is checked (the

@@ -16,11 +16,23 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 #: states of a process that runs no more: stopped, traced, zombie, dead
 _STILL = frozenset(b"TtZX")
 #: how long a stop may take to reach every process before the tree is snapshotted anyway
 _SETTLE_S = 0.05
+
+
+def stat_fields(pid: int | str) -> list[bytes]:
+    """``/proc/PID/stat`` after the command name (which may hold spaces): field 3 (the state)
+    first; empty when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return []
+    return stat[stat.rfind(b")") + 2 :].split()
 
 
 def tree(root: int) -> dict[int, tuple[bytes, int]]:
@@ -29,12 +41,7 @@ def tree(root: int) -> dict[int, tuple[bytes, int]]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
+        fields = stat_fields(name)
         if len(fields) > 15:  # state, ppid, ..., utime stime cutime cstime (fields 14 to 17 of stat)
             stats[int(name)] = (int(fields[1]), fields[0], sum(int(x) for x in fields[11:15]))
     children: dict[int, list[int]] = {}
@@ -63,6 +70,11 @@ class SignalFreeze:
         self.ran: str | None = None
         self._stopped: dict[int, tuple[bytes, int]] | None = None
 
+    @property
+    def stopped(self) -> bool:
+        """Stopped by :meth:`stop` and not resumed since."""
+        return self._stopped is not None
+
     def stop(self) -> None:
         # every process listed is stopped, then listed again until none is still running: a fork
         # between one listing and its stop shows in the next one, still running, and is stopped
@@ -79,12 +91,23 @@ class SignalFreeze:
         self._stopped = snapshot
 
     def resume(self) -> None:
+        self.resumer()()
+
+    def resumer(self) -> Callable[[], None]:
+        """Everything of a resume but the signals, done now: the tree listed and checked for what
+        ran while it was stopped. The call it returns sends the SIGCONTs (a timer starts its
+        clock between the two, so a process woken first cannot start before it)."""
         now = tree(self.root)
         if self._stopped is not None and self.ran is None:
             self.ran = _what_ran(self._stopped, now)
         self._stopped = None
-        for pid in now:
-            _signal(pid, signal.SIGCONT)
+        pids = list(now)
+
+        def cont() -> None:
+            for pid in pids:
+                _signal(pid, signal.SIGCONT)
+
+        return cont
 
 
 def _what_ran(stopped: dict[int, tuple[bytes, int]], now: dict[int, tuple[bytes, int]]) -> str | None:

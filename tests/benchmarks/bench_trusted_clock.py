@@ -10,7 +10,9 @@ Prints one JSON object:
   one call on the same server, per side; ``first``: the warm-up rounds themselves, the first
   calls of a fresh server process (cold code, first calls into the kernel's library, first
   touches of the slots), which the oracle's warm-up rounds exist to absorb.
-  ``--ring-only`` prints just this (seconds, where the rest takes minutes).
+  ``--ring-only`` prints just this (seconds, where the rest takes minutes). ``keeper``: per
+  core, the candidate's thaws its keeper made (``took``) and those the timer made after
+  passing it over (``passed``; oracle/keeper.py).
 * ``batch20``: wall seconds for ``Oracle.check`` of 20 candidates (the chain problem's honest
   kernel, renamed so none is a cache hit), per candidate, with this checkout and, when
   ``--baseline DIR`` names another checkout (e.g. ``git worktree add /tmp/base <rev>``), with it.
@@ -82,7 +84,12 @@ with Oracle(ref, CheckConfig(time_budget=0.05), root) as o:
     for _ in range(int(sys.argv[2])):
         o.check([CandidateSpec.from_path(root / "copy.cpp")])
     call_path = o.zygote.info.get("call_path", "ctypes (before the compiled call path)")
-print(json.dumps({"first": first, "warm": warm, "call_path": call_path}))
+try:
+    from pytest_maxcode.oracle import keeper as K
+    keepers = {k.cpu: {"took": k.took, "passed": k.passed} for k in K._KEEPERS.values()}
+except ImportError:  # a checkout before the keeper
+    keepers = {}
+print(json.dumps({"first": first, "warm": warm, "call_path": call_path, "keeper": keepers}))
 '''
 
 #: rings of one call repeated on the same server after each warm-up round
@@ -123,7 +130,7 @@ def ring_overhead(checks: int) -> dict[str, object]:
     # per side: the reference's server is rung while it runs; the candidate's is thawed right
     # before its clock starts (it arms before its inputs exist), so its figure holds that wake-up
     return {side: {"warm": _quantiles(out["warm"][side]), "first": _quantiles(out["first"][side])} for side in out["warm"]} | {
-        "call_path": out["call_path"]}
+        "call_path": out["call_path"], "keeper": out.get("keeper", {})}
 
 
 def _quantiles(values: list[int]) -> dict[str, float]:
