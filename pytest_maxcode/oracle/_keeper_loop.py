@@ -10,6 +10,7 @@ file is PATH by writing VALUE.
 
 import mmap
 import os
+import signal
 import sys
 import time
 
@@ -21,6 +22,9 @@ FD_CACHE = 16
 
 def main() -> None:
     cpu, ticket, shared = map(int, sys.argv[1:4])
+    # a terminal's Ctrl-C goes to the whole process group: the oracle decides what ends this
+    # process (its commands' end of file, or a kill)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.sched_setaffinity(0, {cpu})
     except OSError:
