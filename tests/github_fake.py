@@ -109,6 +109,17 @@ def _validation(**error: Any) -> ApiError:
     return ApiError(422, "Validation Failed", [error])
 
 
+#: what GitHub accepts in the body of an issue, a pull request or a comment
+BODY_CHARS = 65_536
+
+
+def _body_fits(resource: str, body: Any) -> None:
+    """GitHub's answer to a longer body: 422, the body named, and the cap in the message."""
+    if isinstance(body, str) and len(body) > BODY_CHARS:
+        raise _validation(resource=resource, code="custom", field="body",
+                          message=f"body is too long (maximum is {BODY_CHARS} characters)")
+
+
 class _Failure:
     def __init__(self, status: int, times: int, message: str | None, headers: dict[str, str],
                  body: Any, match: str | None) -> None:
@@ -694,6 +705,7 @@ class FakeGitHub:
                     and p["base"] == base):
                 raise _validation(resource="PullRequest", code="custom",
                                   message=f"A pull request already exists for {label}.")
+        _body_fits("PullRequest", body.get("body"))
         n = self._new_pull(f"{head_owner}:{head_ref}", base, body.get("title") or "", body.get("body"),
                            self.login, bool(body.get("draft", False)))
         if body.get("maintainer_can_modify"):
@@ -736,6 +748,7 @@ class FakeGitHub:
                 raise _validation(resource="PullRequest", field="title", code="missing_field")
             item["title"] = body["title"]
         if "body" in body:
+            _body_fits("PullRequest" if item["number"] in self.pulls else "Issue", body["body"])
             item["body"] = body["body"]
         if "state" in body:
             self._apply_state(item, body["state"])
@@ -825,6 +838,7 @@ class FakeGitHub:
         item = self._item_or_404(owner, repo, number)
         if not isinstance(body, dict) or not isinstance(body.get("body"), str) or not body["body"]:
             raise _validation(resource="IssueComment", code="missing_field", field="body")
+        _body_fits("IssueComment", body["body"])
         c = self._new_comment(item["number"], body["body"], self.login)
         url = f"{self.url}/repos/{self.full_name}/issues/comments/{c['id']}"
         return 201, self._comment_json(c), {"Location": url}
@@ -843,6 +857,7 @@ class FakeGitHub:
         c = self._comment_or_404(owner, repo, cid)
         if not isinstance(body, dict) or not isinstance(body.get("body"), str) or not body["body"]:
             raise _validation(resource="IssueComment", code="missing_field", field="body")
+        _body_fits("IssueComment", body["body"])
         c["body"] = body["body"]
         c["updated_at"] = self._now()
         return 200, self._comment_json(c)

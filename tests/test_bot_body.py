@@ -221,3 +221,44 @@ def test_model_text_holds_no_link_github_would_make() -> None:
     assert not re.search(r"(?<!\\)://|www\.|@(?!&#8203;)", out, re.IGNORECASE), out
     shown = said.replace("@", "@\u200b")  # a zero-width space after each @: no mention, no e-mail link
     assert MarkdownIt("commonmark").render(out) == f"<p>{shown}</p>\n"
+
+
+def test_a_large_projects_pr_text_fits_githubs_cap_and_still_renders() -> None:
+    """GitHub refuses a body over 65,536 characters (422) after all the work that made it: 5,000
+    re-run tests and a 200 KB kernel are shown in part, the page keeps its sections and its
+    blocks closed, and "check it yourself" is still there."""
+    from pytest_maxcode.bot.github import BODY_CHARS
+
+    t = hostile_target([f"tests/test_many.py::test_case[{i}-{'x' * 40}]" for i in range(5000)])
+    big = HOSTILE + "".join(f"// line {i} {'y' * 60}\n" for i in range(3000))
+    where = pr_body.Where(BRANCH, f"maxcode_kernels/{TARGET}.cpp", "0123abcd", ".")
+    body = pr_body.body(t, {}, source=big, where=where)
+    assert len(body) <= BODY_CHARS
+    tokens = render(body)
+    assert headings(tokens) == [f"⚡ `{TARGET}` is 3x faster", "Tests re-run with the kernel active", "Environment",
+                                "Search", "Check it yourself"]
+    assert "... and 4980 more (the report lists them all)" in body
+    (kernel,) = [tok for tok in tokens if tok.type == "fence" and tok.info == "cpp"]
+    assert kernel.content.startswith(HOSTILE) and "(truncated; the file is in this PR)" in kernel.content
+    html = "".join(tok.content for tok in tokens if tok.type in ("html_block", "html_inline"))
+    assert html.count("<details>") == html.count("</details>") == 2
+    accepted = pr_body.Accepted(f"maxcode_kernels/{TARGET}.cpp", "f" * 64, 2.0, (1.9, 2.1), "2026-11-01", "0.1", big + "// old\n")
+    replaced = pr_body.body(t, {}, source=big + "// new\n", where=where, accepted=accepted)
+    assert len(replaced) <= BODY_CHARS
+    assert [tok.info for tok in render(replaced) if tok.type == "fence"] == ["cpp", "cpp", "diff", "sh"]
+    # what fits is left whole
+    small = pr_body.body(hostile_target(["tests/test_x.py::test_a"]), {}, source=big, where=where)
+    assert "more (the report lists them all)" not in small and "cut here" not in small
+
+
+def test_a_cut_closes_what_it_left_open() -> None:
+    from pytest_maxcode.bot.github import fit
+
+    text = "\n".join(["# Report", "<details><summary>all</summary>", "", "````cpp", *(["int x;"] * 5000), "````", "</details>", "end"])
+    cut = fit(text, "(cut)", limit=2000)
+    assert len(cut) <= 2000 and cut.rstrip().endswith("(cut)")
+    tokens = render(cut)
+    (block,) = [tok for tok in tokens if tok.type == "fence"]
+    assert block.info == "cpp" and "(cut)" not in block.content
+    assert cut.count("<details>") == cut.count("</details>") == 1
+    assert fit(text, "(cut)", limit=len(text)) == text

@@ -180,3 +180,23 @@ def test_the_regression_comment_is_created_once_then_edited(fake_github: Any, tm
     assert first.stdout.startswith("created ") and second.stdout == first.stdout.replace("created ", "updated ")
     assert len(fake_github.comments_on(number)) == 2  # the human's comment is untouched
     assert FAKE_GH_TOKEN not in first.stdout + first.stderr + second.stdout + second.stderr
+
+
+def test_a_comment_over_githubs_cap_is_cut_to_fit_and_the_fake_refuses_longer(fake_github: Any, tmp_path: Path) -> None:
+    """GitHub answers 422 to a comment over 65,536 characters (the fake does too, through the real
+    client): a regression table of thousands of rows is posted cut, its marker first."""
+    import github as pygithub
+
+    number = fake_github.add_pull("feature", title="A change")
+    gh = pygithub.Github(base_url=fake_github.url, auth=pygithub.Auth.Token(FAKE_GH_TOKEN))
+    with pytest.raises(pygithub.GithubException) as refused:
+        gh.get_repo("acme/mylib").get_issue(number).create_comment("x" * 65_537)
+    assert refused.value.status == 422 and "body is too long (maximum is 65536 characters)" in str(refused.value)
+    rows = "".join(f"| `tests/test_perf.py::test_case_{i}` | 1.00 ms | 1.20 ms | 1.20x slower |\n" for i in range(3000))
+    (tmp_path / "big.md").write_text("### ⏱ Performance: **3000 regressions**\n\n| test | base | head | change |\n|---|---|---|---|\n" + rows)
+    env = dict(gh_env(fake_github), GITHUB_REPOSITORY="acme/mylib")
+    done = maxcode(tmp_path, "comment", "big.md", "--pr", str(number), env=env)
+    assert done.returncode == 0, done.stderr
+    (mine,) = [c for c in fake_github.comments_on(number) if "maxcode:regressions" in c["body"]]
+    assert len(mine["body"]) <= 65_536 and mine["body"].startswith("<!-- maxcode:regressions -->\n### ⏱ Performance")
+    assert "GitHub caps a comment at 65,536 characters" in mine["body"] and "test_case_100`" in mine["body"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .github import error, pygithub
+from .github import error, fit, pygithub
 
 DEFAULT_MARKER = "maxcode:regressions"
 
@@ -25,7 +25,7 @@ class Posted:
 def upsert_comment(gh: Any, repo_name: str, number: int, body: str, *, marker: str = DEFAULT_MARKER, token: str = "") -> Posted:
     github = pygithub()
     tag = marker_line(marker)
-    text = f"{tag}\n{body}"
+    text = fit(f"{tag}\n{body}", "<sub>(cut here: GitHub caps a comment at 65,536 characters; the job's report has the rest)</sub>")
     try:
         issue = gh.get_repo(repo_name).get_issue(number)
         for c in issue.get_comments():

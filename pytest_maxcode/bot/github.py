@@ -240,3 +240,39 @@ def error(e: BaseException, doing: str, token: str = "", timeout: float | None =
     else:
         why = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
     return MaxcodeError(scrub(f"{doing}: {why}", token))
+
+
+#: GitHub refuses the body of a pull request, an issue or a comment longer than this (422)
+BODY_CHARS = 65_536
+
+
+def fit(body: str, note: str, limit: int = BODY_CHARS) -> str:
+    """``body`` cut at a line so that it, a closing of what the cut left open (a code fence, a
+    ``<details>``) and ``note`` fit GitHub's cap; unchanged when it fits. Without this, a
+    large project's pull request or comment was refused after all the work that made it."""
+    if len(body) <= limit:
+        return body
+    lines = body.split("\n")
+    kept: list[str] = []
+    size = 0
+    room = limit - len(note) - 64  # the closings, the newlines around the note
+    for line in lines:
+        if size + len(line) + 1 > room:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    fence = ""
+    details = 0
+    for line in kept:
+        stripped = line.strip()
+        if fence:
+            if stripped.startswith(fence) and stripped.strip("`") == "":
+                fence = ""
+        elif stripped.startswith("```"):
+            fence = stripped[: len(stripped) - len(stripped.lstrip("`"))]
+        elif stripped.startswith("<details>"):
+            details += 1
+        elif stripped.startswith("</details>"):
+            details -= 1
+    closing = ([fence] if fence else []) + ["</details>"] * max(details, 0)
+    return "\n".join([*kept, *closing, "", note]) + "\n"

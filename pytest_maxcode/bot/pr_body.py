@@ -36,11 +36,14 @@ from ..model.report import (
     parse_target,
 )
 from ..report import fmt_time, md_escape, noise_text, remeasure_text, sandbox_weak
+from .github import BODY_CHARS, fit
 
 LANG_NAMES = {"cuda": "CUDA", "cpp": "C++", "py": "Python"}
 FENCES = {"cuda": "cuda", "cpp": "cpp", "py": "python"}
-MAX_SOURCE_CHARS = 60_000  # GitHub caps a PR body at 65536 characters
+MAX_SOURCE_CHARS = 60_000  # GitHub caps a PR body at 65536 characters (github.BODY_CHARS)
 MAX_REPLACED_CHARS = 20_000  # a replacement shows two sources and a diff within the same cap
+#: test names listed where listing them all would take the body past GitHub's cap
+TESTS_SHOWN = 20
 
 #: a target as the bot holds it, or as the report's JSON holds it (read with :func:`as_target`)
 Target = TargetResult | Mapping[str, Any]
@@ -312,12 +315,21 @@ def body(t: Target, report: Report | Mapping[str, Any], *, source: str, where: W
     out += _reproduce(t)
     out += _warnings(t)
     out += _benchmarks(t.benchmarks, where, _threads_note(t, report))
-    out += _tests(t)
-    out += _environment(t, report)
-    out += _search(t)
-    out += _source(t, source, where.kernel_path, lang, accepted)
-    out += check_it(t, where)
-    return "\n".join(out) + "\n"
+    middle = [*_environment(t, report), *_search(t)]
+    tail = check_it(t, where)
+
+    def assemble(shown: int | None, room: int | None) -> str:
+        return "\n".join([*out, *_tests(t, shown), *middle, *_source(t, source, where.kernel_path, lang, accepted, room),
+                          *tail]) + "\n"
+
+    # GitHub refuses a longer body: fewer test names first, then less source, then a cut
+    whole = assemble(None, None)
+    if len(whole) <= BODY_CHARS:
+        return whole
+    shorter = assemble(TESTS_SHOWN, None)
+    if len(shorter) > BODY_CHARS:
+        shorter = assemble(TESTS_SHOWN, max(0, BODY_CHARS - len(assemble(TESTS_SHOWN, 0)) - 256))
+    return fit(shorter, "<sub>(cut here: GitHub caps a pull request's text at 65,536 characters; the report has the rest)</sub>")
 
 
 def _reproduce(t: TargetResult) -> list[str]:
@@ -396,7 +408,8 @@ def _benchmarks(benchmarks: Sequence[BenchmarkResult], where: Where, threads_not
     return out
 
 
-def _tests(t: TargetResult) -> list[str]:
+def _tests(t: TargetResult, shown: int | None = None) -> list[str]:
+    """The tests re-run with the kernel; ``shown``: list at most that many by name."""
     tests = t.tests
     rerun = tests.rerun or []
     heading = "### Tests re-run with the kernel active"
@@ -407,7 +420,10 @@ def _tests(t: TargetResult) -> list[str]:
            f"{'✅' if tests.passed else '❌'} {text(tests.summary)}"
            + (f"; the kernel was called {int(calls)} time(s)" if isinstance(calls, int) and calls else "")]
     if rerun:
-        out += ["", f"<details><summary>{len(rerun)} test(s)</summary>", "", *[f"- {code(n)}" for n in rerun], "", "</details>"]
+        names = [f"- {code(n)}" for n in rerun[:shown]]
+        if shown is not None and len(rerun) > shown:
+            names.append(f"- ... and {len(rerun) - shown} more (the report lists them all)")
+        out += ["", f"<details><summary>{len(rerun)} test(s)</summary>", "", *names, "", "</details>"]
     return out
 
 
@@ -447,18 +463,23 @@ def _details(summary: str, inner: list[str]) -> list[str]:
     return ["", f"<details><summary>{summary}</summary>", "", *inner, "", "</details>"]
 
 
-def _source(t: TargetResult, source: str, kernel_path: str, lang: str, accepted: Accepted | None) -> list[str]:
+def _source(t: TargetResult, source: str, kernel_path: str, lang: str, accepted: Accepted | None,
+            room: int | None = None) -> list[str]:
+    """The source (and, replacing an accepted kernel, that kernel and the diff); ``room``: the
+    characters they may take together, where the body would be too long for GitHub otherwise."""
     what = "The rewritten program" if is_program(t) else "Kernel source"
     lines = source.count("\n") + 1
     path = html.escape(kernel_path)
     if not accepted:
-        return _details(f"{what}: <code>{path}</code> ({lines} lines)", fence(_cap(source, MAX_SOURCE_CHARS), FENCES.get(lang, "")))
+        cap = MAX_SOURCE_CHARS if room is None else min(MAX_SOURCE_CHARS, room)
+        return _details(f"{what}: <code>{path}</code> ({lines} lines)", fence(_cap(source, cap), FENCES.get(lang, "")))
+    cap = MAX_REPLACED_CHARS if room is None else min(MAX_REPLACED_CHARS, room // 3)
     diff = "\n".join(difflib.unified_diff(accepted.source.splitlines(), source.splitlines(),
                                           f"accepted/{accepted.kernel}", f"new/{kernel_path}", lineterm=""))
-    return [*_details(f"Kernel source: <code>{path}</code> ({lines} lines)", fence(_cap(source, MAX_REPLACED_CHARS), FENCES.get(lang, ""))),
+    return [*_details(f"Kernel source: <code>{path}</code> ({lines} lines)", fence(_cap(source, cap), FENCES.get(lang, ""))),
             *_details(f"The accepted kernel it replaces: <code>{html.escape(accepted.kernel)}</code>",
-                      fence(_cap(accepted.source, MAX_REPLACED_CHARS), FENCES.get(lang, ""))),
-            *_details("What changed (diff, accepted -> new)", fence(_cap(diff, MAX_REPLACED_CHARS), "diff"))]
+                      fence(_cap(accepted.source, cap), FENCES.get(lang, ""))),
+            *_details("What changed (diff, accepted -> new)", fence(_cap(diff, cap), "diff"))]
 
 
 def cd_project(where: Where) -> list[str]:
