@@ -3,10 +3,13 @@
 // makes its slow rounds wait on purpose (called 3.7x faster while slower than the reference on
 // average). Held by: a candidate kept waiting far more often than the reference, for the time
 // each is timed, has every round counted.
-// honest_fast's kernel, but on ~65% of rounds it takes a slow path (6x the work): its typical
-// call is slower than the reference. On those rounds it also wakes a helper thread on its own
-// core that spins 300 us, so the serving thread waits runnable and the trusted timer files the
-// round as "disturbed by other work" and sets it aside. Only its fast rounds are scored.
+// honest_fast's kernel, but on ~65% of rounds it takes a slow path: honest.cpp's scalar tanhf
+// over half the rows besides (honest.cpp is about 3x slower than the reference on Intel and AMD
+// hosts alike, where "6x honest_fast's work" was slower than the reference on an Intel host and
+// faster on an AMD one, honest_fast being 3.3x and 7x there): its typical call is slower than
+// the reference. On those rounds it also wakes a helper thread on its own core that
+// spins 1 ms, so the serving thread waits runnable and the trusted timer files the round as
+// "disturbed by other work" and sets it aside. Only its fast rounds are scored.
 #include <dlpack/dlpack.h>
 #include <pthread.h>
 #include <time.h>
@@ -48,6 +51,15 @@ void kernel(const float* x, const float* b, float* y, int64_t rows, int64_t cols
     }
   }
 }
+void slow_kernel(const float* x, const float* b, float* y, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = x[r * cols + c] * 2.0f + b[c];
+      v = v < 0.f ? 0.f : v;
+      v = tanhf(v);
+      y[r * cols + c] = v * v - 0.5f;
+    }
+}
 uintptr_t g_lo = 0, g_hi = 0;
 void find_region() {
   FILE* f = fopen("/proc/self/maps", "r");
@@ -64,7 +76,7 @@ void* helper(void*) {
     while (!g_kick.load()) syscall(SYS_futex, reinterpret_cast<int*>(&g_kick), FUTEX_WAIT, 0, nullptr, nullptr, 0);
     g_kick.store(0);
     timespec t0, t1; clock_gettime(CLOCK_MONOTONIC, &t0);
-    do { clock_gettime(CLOCK_MONOTONIC, &t1); } while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 300000);
+    do { clock_gettime(CLOCK_MONOTONIC, &t1); } while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 1000000);
   }
   return nullptr;
 }
@@ -87,7 +99,7 @@ extern "C" int maxcode_run(const DLTensor* in, int32_t n_in, DLTensor* out, int3
     g_slow = (g_rng() % 100) < 65;
     if (g_slow && DISTURB) { g_kick.store(1); syscall(SYS_futex, reinterpret_cast<int*>(&g_kick), FUTEX_WAKE, 1, nullptr, nullptr, 0); }
   }
-  int reps = (timed && g_slow) ? 6 : 1;  // the slow path
-  for (int i = 0; i < reps; ++i) kernel(x, b, y, rows, cols);
+  kernel(x, b, y, rows, cols);
+  if (timed && g_slow) slow_kernel(x, b, y, rows / 2, cols);  // the slow path
   return 0;
 }
