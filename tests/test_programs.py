@@ -29,7 +29,7 @@ from pytest_maxcode.critique import RuleCritic
 from pytest_maxcode.native import program as native_program
 from pytest_maxcode.errors import MaxcodeError
 from pytest_maxcode.oracle.check import CandidateSpec
-from pytest_maxcode.oracle.program import ProgramOracle, program_config, settled
+from pytest_maxcode.oracle.program import EXTEND_BUDGETS, ProgramOracle, more_time, program_config, settled
 from pytest_maxcode.report import validate
 from pytest_maxcode.sandbox import isolation
 from pytest_maxcode.search.program_variants import fast_io, program_variants
@@ -147,6 +147,12 @@ def test_rounds_go_on_until_the_verdict_is_settled() -> None:
     assert settled(case(0.02, 0.006, 0.6, 40), 1.05)  # which settle it
     assert not settled(case(0.01, 0.01, 0.3, 40), 1.05)  # the same program: never settled as faster
     assert settled(case(0.01, 0.01, 0.01, 40), 1.05)  # unless quiet enough to lie under the bar
+    # past its budget, an unsettled timing goes on only for a rewrite that may be faster, and
+    # only up to EXTEND_BUDGETS of it (beside other work, one budget left the example's 1.5x undecided)
+    promising, slower = case(0.02, 0.013, 0.6, 5), case(0.01, 0.02, 0.6, 5)
+    assert more_time(0.5, 1.0, slower, 1.05) and more_time(0.5, 1.0, promising, 1.05)
+    assert more_time(1.5, 1.0, promising, 1.05) and not more_time(1.5, 1.0, slower, 1.05)
+    assert not more_time(EXTEND_BUDGETS + 0.1, 1.0, promising, 1.05)
 
 
 def test_runaway_programs_are_stopped_by_the_time_and_memory_limits(tmp_path: Path) -> None:

@@ -263,8 +263,10 @@ class ProgramOracle:
         samples: dict[str, tuple[list[float], list[float]]] = {w.name: ([], []) for w in self.workloads}
         budget = self.config.time_budget * len(self.workloads)
         start, rounds = time.monotonic(), 0
-        while rounds < self.config.min_rounds or (time.monotonic() - start < budget and rounds < self.config.max_rounds
-                                                  and not settled(list(samples.values()), self.config.min_speedup)):
+        bar = self.config.min_speedup
+        while rounds < self.config.min_rounds or (
+                rounds < self.config.max_rounds and more_time(time.monotonic() - start, budget, list(samples.values()), bar)
+                and not settled(list(samples.values()), bar)):
             for w in self.workloads:
                 ref, cand = samples[w.name]
                 order = ((self._source_binary, ref), (binary, cand))
@@ -307,6 +309,21 @@ class ProgramOracle:
                                       for w, r, c in zip(self.workloads, *per)}
         v.reference_s = v.candidate_s = None
         decide(v, stats.speedup([([r], [c]) for r, c in zip(*per)]), self.config.min_speedup, device="cpu", timer="instructions")
+
+
+#: budgets a rewrite that may be faster is timed for at most while its interval is still too wide to
+#: decide (the kernels get the same: timing.EXTEND_S): beside other work a process per run spreads
+#: more, and the example's fast-io rewrite (1.5x) was left "too noisy to decide" after one budget
+EXTEND_BUDGETS = 3.0
+
+
+def more_time(elapsed: float, budget: float, samples: list[tuple[list[float], list[float]]], min_speedup: float) -> bool:
+    """Whether an unsettled timing goes on: within the budget, or up to :data:`EXTEND_BUDGETS` of
+    it while the point speedup so far clears the bar (a clearly slower rewrite stops at one)."""
+    if elapsed < budget:
+        return True
+    ratios = [stats.median_ratio(ref, cand) for ref, cand in samples if ref and cand]
+    return elapsed < EXTEND_BUDGETS * budget and bool(ratios) and min(ratios) > 0 and stats.geomean(ratios) >= min_speedup
 
 
 def settled(samples: list[tuple[list[float], list[float]]], min_speedup: float) -> bool:
