@@ -41,20 +41,20 @@ def test_the_field_metrics_come_out_exactly(generations_run: tuple[dict, str]) -
     # not_faster for being too noisy to decide (seen once in CI-like load): the metrics below hold either way
     assert by[1]["status"] == "faster" or "too noisy to decide" in by[1]["reason"], by[1]["reason"]
     assert {n: r["status"] for n, r in by.items() if n != 1} == {2: "wrong", 3: "not_faster", 4: "not_faster", 5: "no_candidate"}
-    assert by[1]["speedup"] > 1.0 and by[3]["speedup"] < 0.5 and by[4]["speedup"] < 0.5
-    # fast_p from the measured speedups: problem 1 is the only correct one above 0.5 (how far above
-    # is the machine's to say), problems 1, 3 and 4 are correct
-    above = {p: 0.2 if by[1]["speedup"] > p else 0.0 for p in (1.5, 2.0)}
+    assert by[1]["speedup"] > 1.0 and by[3]["speedup"] < 1.0 and by[4]["speedup"] < 1.0
+    # fast_p from the measured speedups of the correct problems 1, 3 and 4 (how far above or below
+    # each threshold is the host's to say: problem 4 measured 0.3x on an Intel host, 0.55x on an AMD one)
+    share = {p: sum(by[n]["speedup"] > p for n in (1, 3, 4)) / 5 for p in (0.5, 0.8, 1.0, 1.5, 2.0)}
     assert by[2]["reason"].startswith("input set") and "no generation for problem 5" in by[5]["reason"]
     m = summary["metrics"]
     assert (m["problems"], m["correct"], m["correctness_rate"]) == (5, 3, 0.6)
-    assert m["fast_p"]["eager"] == {"0.0": 0.6, "0.5": 0.2, "0.8": 0.2, "1.0": 0.2, "1.5": above[1.5], "2.0": above[2.0]}
+    assert m["fast_p"]["eager"] == {"0.0": 0.6, **{str(p): share[p] for p in share}}
     assert m["fast_p"]["compile"] is None  # --no-compile-baseline
     assert m["geomean_speedup"]["eager"] == pytest.approx((by[1]["speedup"] * by[3]["speedup"] * by[4]["speedup"]) ** (1 / 3))
     assert m["weak_check"] == [4] and by[4]["weak_check"] and not by[1]["weak_check"]
     assert summary["mode"] == "generations" and summary["device"] == "cpu"
     assert "### KernelBench level 1: 3/5 correct (60%), cpu, scale 1" in table
-    assert f"| eager | 60% | 20% | 20% | 20% | {above[1.5]:.0%} | {above[2.0]:.0%} |" in table
+    assert "| eager | 60% | " + " | ".join(f"{share[p]:.0%}" for p in share) + " |" in table
     assert "| 4_Zero_like | not_faster (weak check) |" in table and "Weak checks (outputs barely depend on the inputs): 4" in table
 
 
