@@ -103,18 +103,12 @@ class Keeper:
             if _NOW() - asked > TAKE_NS and self._take_back():
                 self._mine = True
                 self.passed += 1
-                thaw = thawer()
-                t0 = _NOW()
-                thaw()
-                return t0
+                return by_timer(thawer)
             if _NOW() - asked > STUCK_S * 1e9:
                 self.stop()  # what it has not written by now it never writes
-                thaw = thawer()
                 if w[STARTED] != token:
-                    t0 = _NOW()
-                    thaw()
-                    return t0
-                thaw()  # its clock was read; whether its write was made, this one is
+                    return by_timer(thawer)
+                thawer()()  # its clock was read; whether its write was made, this one is
                 break
         self.took += 1
         return w[T0]
@@ -153,10 +147,7 @@ class Thaw:
         self.thawer = thawer
 
     def __call__(self) -> int:
-        thaw = self.thawer()
-        t0 = _NOW()
-        thaw()
-        return t0
+        return by_timer(self.thawer)
 
     def finish(self, answered: bool) -> None:
         """The round is over (``answered``: the candidate answered its doorbell)."""
@@ -172,6 +163,15 @@ class _KeeperThaw(Thaw):
 
     def finish(self, answered: bool) -> None:
         self.keeper.finish(self.token, answered)
+
+
+def by_timer(thawer: Callable[[], Callable[[], None]]) -> int:
+    """The thaw made from the timer's core: all of the resume but its last step, the clock read
+    (returned, ns), the last step."""
+    thaw = thawer()
+    t0 = _NOW()
+    thaw()
+    return t0
 
 
 def _until(ready: Callable[[], bool], ns: int) -> bool:

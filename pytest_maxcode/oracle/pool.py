@@ -454,14 +454,13 @@ class Zygote:
                 continue
         return None
 
-    def freeze(self, frozen: bool, *, wait: bool = True) -> None:
+    def freeze(self, frozen: bool) -> None:
         """Stop (or resume) every process of this sandbox: its freezer cgroup, else SIGSTOP/SIGCONT.
 
         The trusted side freezes the candidates' sandbox whenever it is not serving a timed
         call: nothing of it can run while the reference is timed or its outputs are read.
-        ``wait=False`` does not read the cgroup's state back.
         """
-        if self._box is not None and self._box.cgroups.freeze(frozen, wait=wait):
+        if self._box is not None and self._box.cgroups.freeze(frozen):
             return
         if self.proc is None:
             return

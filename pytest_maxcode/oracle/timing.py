@@ -64,8 +64,8 @@ THAW_NS = 80_000
 class Freeze(Protocol):
     """Stops and resumes the candidate's sandbox (the oracle's ``Zygote``)."""
 
-    def freeze(self, frozen: bool, *, wait: bool = True) -> None:
-        """Stop, or resume, the whole sandbox; ``wait=False``: without reading the state back."""
+    def freeze(self, frozen: bool) -> None:
+        """Stop, or resume, the whole sandbox, and wait for it (untimed)."""
 
     def thawer(self) -> Callable[[], None]:
         """Everything of a resume but its last step, done now; the call returned makes the thaw

@@ -402,32 +402,29 @@ class Cgroups:
     def freezable(self) -> bool:
         return "freezer" in self.folders
 
-    def freeze(self, frozen: bool = True, timeout: float = 5.0, wait: bool = True) -> bool:
+    def freeze(self, frozen: bool = True, timeout: float = 5.0) -> bool:
         """Stop (or resume) every process inside at once; True when the kernel confirms it.
 
         A frozen process cannot run, whatever threads or children it made, so nothing of a
-        candidate runs while the reference is timed or its outputs are read. ``wait=False``
-        returns once the state is written (a thaw is done within the write, on v1 and v2).
+        candidate runs while the reference is timed or its outputs are read. (A thaw that must
+        come after a clock reading is :meth:`thaw_call`'s.)
         """
         state = self.freezer_state()
         if state is None:
             return False
-        path, thawed, frozen_value = state
-        if frozen and not path.endswith("cgroup.freeze"):
-            _hold_freezer_key(Path(path).parent.parent)
+        path, thawed, frozen_value = Path(state[0]), state[1], state[2]
+        v2 = path.name == "cgroup.freeze"
+        if frozen and not v2:
+            _hold_freezer_key(path.parent.parent)
         try:
-            Path(path).write_bytes(frozen_value if frozen else thawed)
+            path.write_bytes(frozen_value if frozen else thawed)
         except OSError:
             return False
-        if not wait:
-            return True
-        folder = Path(path).parent
-        v2 = path.endswith("cgroup.freeze")
         want = ("frozen 1" if frozen else "frozen 0") if v2 else ("FROZEN" if frozen else "THAWED")
         end = time.monotonic() + timeout
         while True:
             try:
-                text = (folder / ("cgroup.events" if v2 else "freezer.state")).read_text()
+                text = (path.parent / ("cgroup.events" if v2 else "freezer.state")).read_text()
             except OSError:
                 return False
             if want in text.splitlines() or (not v2 and text.strip() == want):
