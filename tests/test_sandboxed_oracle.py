@@ -343,6 +343,24 @@ def test_a_candidate_cannot_include_a_credential_file_into_its_compile_errors(tm
     assert secret not in boxed.log and not any(secret in e for e in boxed.errors)
 
 
+@pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")
+def test_a_candidate_cannot_assemble_a_credential_file_into_its_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the assembler reads files too: ``.incbin`` in inline asm copies one into the library's
+    # read-only data, where the candidate reads it at run time (and could put it in its outputs)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    secret = f"leaked_{uuid.uuid4().hex}"
+    (home / ".ssh" / "id_rsa").write_text(secret)
+    monkeypatch.setenv("HOME", str(home))
+    src = tmp_path / "embed.cpp"
+    src.write_text(f'asm(".section .rodata\\n.global stolen\\nstolen:\\n.incbin \\"{home}/.ssh/id_rsa\\"\\n.byte 0\\n.text\\n");\n')
+    control = build.build_all([build.Source(src, "cpp")], tmp_path / "plain")[0]
+    assert control.ok and secret.encode() in build.verified_library(control).read_bytes()  # unsandboxed, it is embedded
+    boxed = build.build_all([build.Source(src, "cpp")], tmp_path / "boxed", isolation=resolve("auto"))[0]
+    assert not boxed.ok and any("file not found" in e for e in boxed.errors), boxed.errors
+    assert secret not in boxed.log and not any(secret in e for e in boxed.errors)
+
+
 @needs_bwrap
 @pytest.mark.parametrize("where", ["project", "home", "elsewhere"])
 def test_a_compiler_sees_the_toolchain_and_not_the_project_or_other_files(tmp_path: Path, where: str,
