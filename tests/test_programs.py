@@ -422,16 +422,20 @@ def test_the_instruction_timer_gives_the_same_exact_verdict_every_time(tmp_path:
     for k in (1, 2, 3):  # smaller cases: callgrind runs 50x slower
         (root / "cases" / f"input.{k}.txt").unlink()
         (root / "cases" / f"output.{k}.txt").unlink()
-    write_cases(root / "cases", (1000, 1500))
-    # each sum again from the start, through a volatile so no compiler turns it back into one add
-    quadratic = SLOW.replace("sum += a[i];", "volatile long long acc = 0; for (int j = 0; j <= i; j++) acc = acc + a[j]; sum = acc;")
+    write_cases(root / "cases", (1500, 2000))
+    # each sum again from the start, through volatiles so no compiler turns it back into one add;
+    # the division by one makes each step slow on the wall clock for few instructions: a program's
+    # wall time is mostly its start in the sandbox (milliseconds), and with the plain quadratic sum the
+    # wall clock measured 1.03x to 1.26x, its interval's top once below the bar it cross-checks
+    quadratic = SLOW.replace("sum += a[i];", "volatile long long acc = 0, one = 1; "
+                                             "for (int j = 0; j <= i; j++) acc = acc / one + a[j]; sum = acc;")
     (root / "src" / "sums.cpp").write_text(quadratic)
     verdicts = []
     for _ in range(2):
         with oracle_for(root, timer="instructions") as oracle:
             verdicts.append(oracle.check([candidate(root, "linear", SLOW)])[0])
     a, b = verdicts
-    assert a.status == b.status == "faster" and a.speedup == b.speedup and a.speedup_ci == [a.speedup, a.speedup]
+    assert a.status == b.status == "faster" and a.speedup == b.speedup and a.speedup_ci == [a.speedup, a.speedup], (a.reasons, b.reasons)
     counts = a.diagnostics["workloads"]["test1"]
     assert counts["reference_instructions"] > counts["candidate_instructions"] > 0
     assert a.diagnostics["timer"] == "instructions"
