@@ -327,15 +327,22 @@ def test_sandbox_none_is_a_loud_choice_and_its_verdict_says_none(tmp_path: Path)
     assert "maxcode: warning: candidates run WITHOUT a sandbox (--sandbox none)" in r.stderr
 
 
-@pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")
-def test_a_candidate_cannot_include_a_credential_file_into_its_compile_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def credential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A private key in the home folder (HOME points there) whose text is a unique secret, and that secret."""
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     secret = f"leaked_{uuid.uuid4().hex}"
     (home / ".ssh" / "id_rsa").write_text(f"int {secret} = not_a_value;\n")
     monkeypatch.setenv("HOME", str(home))
+    return home / ".ssh" / "id_rsa", secret
+
+
+@pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")
+def test_a_candidate_cannot_include_a_credential_file_into_its_compile_errors(tmp_path: Path, credential: tuple[Path, str]) -> None:
+    key, secret = credential
     src = tmp_path / "steal.cpp"
-    src.write_text(f'#include "{home}/.ssh/id_rsa"\n')
+    src.write_text(f'#include "{key}"\n')
     control = build.build_all([build.Source(src, "cpp")], tmp_path / "plain")[0]
     assert any(secret in e for e in control.errors)  # unsandboxed, the compiler quotes the file
     boxed = build.build_all([build.Source(src, "cpp")], tmp_path / "boxed", isolation=resolve("auto"))[0]
@@ -344,16 +351,12 @@ def test_a_candidate_cannot_include_a_credential_file_into_its_compile_errors(tm
 
 
 @pytest.mark.skipif(not STRONG, reason="this machine can make no namespaces (install bubblewrap)")
-def test_a_candidate_cannot_assemble_a_credential_file_into_its_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_candidate_cannot_assemble_a_credential_file_into_its_library(tmp_path: Path, credential: tuple[Path, str]) -> None:
     # the assembler reads files too: ``.incbin`` in inline asm copies one into the library's
     # read-only data, where the candidate reads it at run time (and could put it in its outputs)
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    secret = f"leaked_{uuid.uuid4().hex}"
-    (home / ".ssh" / "id_rsa").write_text(secret)
-    monkeypatch.setenv("HOME", str(home))
+    key, secret = credential
     src = tmp_path / "embed.cpp"
-    src.write_text(f'asm(".section .rodata\\n.global stolen\\nstolen:\\n.incbin \\"{home}/.ssh/id_rsa\\"\\n.byte 0\\n.text\\n");\n')
+    src.write_text(f'asm(".section .rodata\\n.global stolen\\nstolen:\\n.incbin \\"{key}\\"\\n.byte 0\\n.text\\n");\n')
     control = build.build_all([build.Source(src, "cpp")], tmp_path / "plain")[0]
     assert control.ok and secret.encode() in build.verified_library(control).read_bytes()  # unsandboxed, it is embedded
     boxed = build.build_all([build.Source(src, "cpp")], tmp_path / "boxed", isolation=resolve("auto"))[0]

@@ -261,12 +261,13 @@ class ProgramOracle:
         timer's cross-check is this)."""
         assert self._source_binary is not None
         samples: dict[str, tuple[list[float], list[float]]] = {w.name: ([], []) for w in self.workloads}
+        cases = list(samples.values())  # the same lists, filled in place below
         budget = self.config.time_budget * len(self.workloads)
         start, rounds = time.monotonic(), 0
         bar = self.config.min_speedup
         while rounds < self.config.min_rounds or (
-                rounds < self.config.max_rounds and more_time(time.monotonic() - start, budget, list(samples.values()), bar)
-                and not settled(list(samples.values()), bar)):
+                rounds < self.config.max_rounds and more_time(time.monotonic() - start, budget, cases, bar)
+                and not settled(cases, bar)):
             for w in self.workloads:
                 ref, cand = samples[w.name]
                 order = ((self._source_binary, ref), (binary, cand))
@@ -288,7 +289,7 @@ class ProgramOracle:
         v.reference_s = stats.geomean([d["reference"]["median_s"] for d in wl_diag.values()])
         v.candidate_s = stats.geomean([d["candidate"]["median_s"] for d in wl_diag.values()])
         v.diagnostics["workloads"] = wl_diag
-        decide(v, stats.speedup(list(samples.values())), self.config.min_speedup, device="cpu", timer="time")
+        decide(v, stats.speedup(cases), bar, device="cpu", timer="time")
 
     def _count(self, binary: Path, v: Verdict) -> None:
         """Instructions per test case under callgrind, once per binary: the counts do not vary."""
